@@ -1,0 +1,1 @@
+"""zoo's model-agnostic runtime: topology, mesh, sharding rules, remat/scan, config."""

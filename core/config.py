@@ -1,0 +1,86 @@
+"""One config system: typed dataclass schemas, YAML files, Hydra-style `a.b=value` overrides.
+
+    cfg = load(TrainConfig, files=["run.yaml"], overrides=["mesh.tensor=2", "seed=3"])
+
+Later sources win. An unknown key or a value of the wrong type fails with one line naming
+the key and what would be valid. `write_resolved` stores the final config in a run folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from pathlib import Path
+from typing import TypeVar
+
+from omegaconf import OmegaConf
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
+
+from core.errors import UserError
+
+T = TypeVar("T")
+
+
+class ConfigError(UserError):
+    """A config key or value that the schema does not accept."""
+
+
+def load(schema: type[T], files=(), overrides=()) -> T:
+    """Merge schema defaults <- YAML files <- `key=value` overrides into a schema instance."""
+    cfg = OmegaConf.structured(schema)
+    for path in files:
+        if not Path(path).is_file():
+            raise ConfigError(f"config file {path} does not exist")
+        _merge(schema, cfg, OmegaConf.load(path), f"in {path}: ")
+    bad = [o for o in overrides if "=" not in o or o.startswith("=")]
+    if bad:
+        raise ConfigError(f"override '{bad[0]}' is not key=value (e.g. mesh.tensor=2)")
+    _merge(schema, cfg, OmegaConf.from_dotlist(list(overrides)), "")
+    try:
+        return OmegaConf.to_object(cfg)
+    except OmegaConfBaseException as error:
+        raise ConfigError(_one_line(schema, error)) from None
+    except (TypeError, ValueError) as error:  # raised by a schema's __post_init__ checks
+        raise ConfigError(str(error)) from None
+
+
+def _merge(schema, cfg, other, where: str) -> None:
+    try:
+        cfg.merge_with(other)
+    except OmegaConfBaseException as error:
+        raise ConfigError(where + _one_line(schema, error)) from None
+
+
+def _one_line(schema, error: OmegaConfBaseException) -> str:
+    key = getattr(error, "full_key", None) or "?"
+    if isinstance(error, ConfigKeyError):
+        parent, _, leaf = key.rpartition(".")
+        valid = ", ".join(valid_keys(schema, parent)) or "none"
+        where = f"under '{parent}'" if parent else "at the top level"
+        return f"unknown config key '{key}'; valid keys {where}: {valid}"
+    message = str(getattr(error, "msg", error)).splitlines()[0]
+    return f"bad value for config key '{key}': {message}"
+
+
+def valid_keys(schema, dotted_parent: str) -> list[str]:
+    """Field names of the dataclass at `dotted_parent` inside `schema`."""
+    node = schema
+    for part in filter(None, dotted_parent.split(".")):
+        hints = typing.get_type_hints(node) if dataclasses.is_dataclass(node) else {}
+        node = hints.get(part)
+    return [f.name for f in dataclasses.fields(node)] if dataclasses.is_dataclass(node) else []
+
+
+def to_yaml(cfg) -> str:
+    return OmegaConf.to_yaml(OmegaConf.structured(cfg))
+
+
+def write_resolved(cfg, run_dir: str | Path) -> Path:
+    """Write the fully resolved config as `RUN/config.yaml` (atomically) and return its path."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / "config.yaml"
+    tmp = path.with_suffix(".yaml.tmp")
+    tmp.write_text(to_yaml(cfg))
+    tmp.replace(path)
+    return path

@@ -1,0 +1,58 @@
+"""Getting batches onto the mesh: each host loads only its share, the batch dim is split
+over the data-parallel axes (data x fsdp), every other dim is replicated."""
+
+from __future__ import annotations
+
+from core.errors import UserError
+
+BATCH_AXES = ("data", "fsdp")
+
+
+def host_batch_size(global_batch_size: int, process_count: int) -> int:
+    """Examples this host loads per step (its share of the global batch)."""
+    if global_batch_size % process_count:
+        raise UserError(
+            f"global batch size {global_batch_size} does not split over "
+            f"{process_count} hosts; use a multiple of {process_count}"
+        )
+    return global_batch_size // process_count
+
+
+def batch_spec(ndim: int, batch_axes: tuple[str, ...] = BATCH_AXES) -> tuple:
+    return (batch_axes,) + (None,) * (ndim - 1)
+
+
+def batch_shardings(mesh, example: dict, batch_axes: tuple[str, ...] = BATCH_AXES) -> dict:
+    """Per-key `ShardingSpec`s for `MpDeviceLoader(input_sharding=...)`."""
+    import torch_xla.distributed.spmd as xs
+    import torch_xla.runtime as xr
+
+    return {
+        key: xs.ShardingSpec(
+            mesh, batch_spec(value.dim(), batch_axes), minibatch=xr.process_count() > 1
+        )
+        for key, value in example.items()
+    }
+
+
+def device_loader(loader, mesh, example: dict, batch_axes: tuple[str, ...] = BATCH_AXES):
+    """Wrap a host data loader so its batches arrive on the XLA device already sharded."""
+    import torch_xla
+    import torch_xla.distributed.parallel_loader as pl
+
+    return pl.MpDeviceLoader(
+        loader, torch_xla.device(), input_sharding=batch_shardings(mesh, example, batch_axes)
+    )
+
+
+def shard_batch(batch: dict, mesh, batch_axes: tuple[str, ...] = BATCH_AXES) -> dict:
+    """Move a (single-host) batch of tensors to the device and shard its batch dimension."""
+    import torch_xla
+    import torch_xla.distributed.spmd as xs
+
+    out = {}
+    for key, value in batch.items():
+        value = value.to(torch_xla.device())
+        xs.mark_sharding(value, mesh, batch_spec(value.dim(), batch_axes))
+        out[key] = value
+    return out

@@ -1,0 +1,84 @@
+"""What this process actually runs on: PJRT device type, device count, TPU type, versions.
+
+`configure()` must run before torch_xla is imported: it picks the CPU backend on machines
+without a TPU so the same code runs unchanged on a laptop, a CPU CI box and a TPU VM.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import importlib.metadata
+import os
+
+
+def on_tpu_vm() -> bool:
+    return (
+        bool(os.environ.get("TPU_ACCELERATOR_TYPE"))
+        or bool(glob.glob("/dev/accel*"))
+        or (os.path.exists("/dev/vfio/0"))
+    )
+
+
+def configure() -> None:
+    """Choose the PJRT backend (TPU on a TPU VM, else CPU) unless the user already did."""
+    if "PJRT_DEVICE" not in os.environ:
+        os.environ["PJRT_DEVICE"] = "TPU" if on_tpu_vm() else "CPU"
+    # XLA warns on every compile that GSPMD is deprecated; keep errors, drop that noise.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def _version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+@dataclasses.dataclass
+class RuntimeInfo:
+    torch: str | None
+    torch_xla: str | None
+    jax: str | None
+    torchax: str | None
+    pjrt_device: str
+    device_count: int
+    process_index: int
+    process_count: int
+    tpu_type: str | None  # e.g. "v4-32" on a TPU VM, None elsewhere
+
+
+def detect() -> RuntimeInfo:
+    """Initialise the XLA runtime (SPMD mode) and report what it sees."""
+    configure()
+    import torch_xla.runtime as xr
+
+    xr.use_spmd()
+    return RuntimeInfo(
+        torch=_version("torch"),
+        torch_xla=_version("torch_xla"),
+        jax=_version("jax"),
+        torchax=_version("torchax"),
+        pjrt_device=xr.device_type() or os.environ["PJRT_DEVICE"],
+        device_count=xr.global_runtime_device_count(),
+        process_index=xr.process_index(),
+        process_count=xr.process_count(),
+        tpu_type=os.environ.get("TPU_ACCELERATOR_TYPE") or _tpu_type_from_metadata(),
+    )
+
+
+def _tpu_type_from_metadata() -> str | None:
+    """On a TPU VM without TPU_ACCELERATOR_TYPE, ask the GCE metadata server (1 s timeout)."""
+    if not on_tpu_vm():
+        return None
+    import urllib.request
+
+    request = urllib.request.Request(
+        "http://metadata.google.internal/computeMetadata/v1/instance/attributes/accelerator-type",
+        headers={"Metadata-Flavor": "Google"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=1) as response:
+            return response.read().decode().strip()
+    except OSError:
+        return None

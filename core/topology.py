@@ -1,0 +1,112 @@
+"""Catalog of TPU slice types (and XLA:CPU stand-ins) parsed from names like `v4-32`.
+
+v2/v3/v4/v5p names count TensorCores (v4-32 = 16 chips); v5e/v5litepod/v6e names count chips.
+Per-chip numbers are Google's published specs; they feed MFU and memory planning.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+
+from core.errors import UserError
+
+GiB = 1024**3
+
+
+@dataclasses.dataclass(frozen=True)
+class Generation:
+    name: str
+    cores_per_chip: int  # TensorCores per chip
+    devices_per_chip: int  # PJRT devices per chip (megacore chips expose one)
+    peak_bf16_flops_per_chip: float
+    hbm_bytes_per_chip: int
+    max_chips_per_host: int
+    name_counts_cores: bool  # whether the N in `gen-N` counts TensorCores (else chips)
+    valid_sizes: tuple[int, ...]  # valid N in `gen-N`
+
+
+def _pow2(lo: int, hi: int) -> tuple[int, ...]:
+    return tuple(2**k for k in range(hi.bit_length()) if lo <= 2**k <= hi)
+
+
+def _cube_sizes(max_cores: int) -> tuple[int, ...]:
+    """v4/v5p: powers of two up to 256 cores, then whole multiples of 128 cores (4x4x4 cubes)."""
+    return tuple(sorted(set(_pow2(8, 256)) | set(range(256, max_cores + 1, 128))))
+
+
+GENERATIONS: dict[str, Generation] = {
+    "v2": Generation("v2", 2, 2, 45e12, 16 * GiB, 4, True, _pow2(8, 512)),
+    "v3": Generation("v3", 2, 2, 123e12, 32 * GiB, 4, True, _pow2(8, 2048)),
+    "v4": Generation("v4", 2, 1, 275e12, 32 * GiB, 4, True, _cube_sizes(8192)),
+    "v5p": Generation("v5p", 2, 1, 459e12, 95 * GiB, 4, True, _cube_sizes(17920)),
+    "v5e": Generation("v5e", 1, 1, 197e12, 16 * GiB, 8, False, (1, 4, 8, 16, 32, 64, 128, 256)),
+    "v6e": Generation("v6e", 1, 1, 918e12, 32 * GiB, 8, False, (1, 4, 8, 16, 32, 64, 128, 256)),
+}
+ALIASES = {"v5litepod": "v5e"}
+VALID_FORMS = (
+    "v2-N, v3-N, v4-N, v5p-N (N = TensorCores, e.g. v4-32), "
+    "v5litepod-N / v5e-N, v6e-N (N = chips, e.g. v6e-8), cpu or cpu-N (N XLA CPU devices)"
+)
+
+
+class TopologyError(UserError):
+    """A slice name that does not exist."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Topology:
+    name: str
+    generation: str
+    chips: int
+    hosts: int
+    chips_per_host: int
+    cores_per_chip: int
+    devices: int  # PJRT devices in the slice = what the SPMD mesh spans
+    peak_bf16_flops_per_chip: float | None  # None on CPU: measured by calibration instead
+    hbm_bytes_per_chip: int | None
+
+    @property
+    def is_tpu(self) -> bool:
+        return self.generation != "cpu"
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def parse(name: str) -> Topology:
+    """`v4-32` -> Topology; raises TopologyError naming the valid forms."""
+    text = name.strip().lower()
+    if text == "cpu" or re.fullmatch(r"cpu-\d+", text):
+        n = int(text.split("-")[1]) if "-" in text else int(os.environ.get("CPU_NUM_DEVICES", 1))
+        if n < 1:
+            raise TopologyError(f"'{name}' has no devices; valid forms: {VALID_FORMS}")
+        return Topology(f"cpu-{n}", "cpu", n, 1, n, 1, n, None, None)
+    match = re.fullmatch(r"(v\d+[a-z]*)-(\d+)", text)
+    gen_name = match and ALIASES.get(match.group(1), match.group(1))
+    if not match or gen_name not in GENERATIONS:
+        raise TopologyError(f"unknown slice type '{name}'; valid forms: {VALID_FORMS}")
+    gen = GENERATIONS[gen_name]
+    n = int(match.group(2))
+    if n not in gen.valid_sizes:
+        unit = "TensorCores" if gen.name_counts_cores else "chips"
+        sizes = ", ".join(map(str, gen.valid_sizes[:8]))
+        sizes += ", ..." if len(gen.valid_sizes) > 8 else ""
+        raise TopologyError(
+            f"'{name}' is not a {gen_name} slice: N counts {unit} and must be one of {sizes} "
+            f"(valid forms: {VALID_FORMS})"
+        )
+    chips = n // gen.cores_per_chip if gen.name_counts_cores else n
+    per_host = chips if chips <= gen.max_chips_per_host else 4  # multi-host slices: 4 per VM
+    return Topology(
+        name=text,
+        generation=gen_name,
+        chips=chips,
+        hosts=chips // per_host,
+        chips_per_host=per_host,
+        cores_per_chip=gen.cores_per_chip,
+        devices=chips * gen.devices_per_chip,
+        peak_bf16_flops_per_chip=gen.peak_bf16_flops_per_chip,
+        hbm_bytes_per_chip=gen.hbm_bytes_per_chip,
+    )

@@ -1,0 +1,113 @@
+"""Sharding equivalence on 1, 4 and 8 XLA CPU devices.
+
+The PJRT device count is fixed per process, so `spmd_worker.py` runs once per count (the
+three in parallel) and every preset x remat combination is compared here.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from spmd_worker import PRESETS, REMATS
+
+HERE = Path(__file__).resolve().parent
+DEVICE_COUNTS = (1, 4, 8)
+COMBOS = [(p, r) for p in PRESETS for r in REMATS]
+# fp32 on the XLA CPU backend; sharded reductions reorder sums, nothing else differs.
+TOL = {"rtol": 1e-5, "atol": 1e-6}
+
+
+@pytest.fixture(scope="session")
+def runs(tmp_path_factory):
+    out = tmp_path_factory.mktemp("spmd")
+    procs = {}
+    for n in DEVICE_COUNTS:
+        env = {
+            **os.environ,
+            "PJRT_DEVICE": "CPU",
+            "CPU_NUM_DEVICES": str(n),
+            "TF_CPP_MIN_LOG_LEVEL": "2",
+        }
+        procs[n] = subprocess.Popen(
+            [sys.executable, str(HERE / "spmd_worker.py"), str(out / f"{n}.pt")],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+    results = {}
+    for n, proc in procs.items():
+        log, _ = proc.communicate(timeout=600)
+        assert proc.returncode == 0, f"worker on {n} devices failed:\n{log[-3000:]}"
+        results[n] = torch.load(out / f"{n}.pt", weights_only=False)
+    return results
+
+
+@pytest.mark.parametrize("devices", DEVICE_COUNTS)
+def test_worker_saw_its_device_count(runs, devices):
+    assert runs[devices]["devices"] == devices
+
+
+@pytest.mark.parametrize("devices", (4, 8))
+@pytest.mark.parametrize("preset,remat", COMBOS)
+def test_sharded_loss_and_grads_match_one_device(runs, devices, preset, remat):
+    reference = runs[1]["results"][("fsdp", "none")]
+    result = runs[devices]["results"][(preset, remat)]
+    torch.testing.assert_close(result["loss"], reference["loss"], **TOL)
+    for name, grad in reference["grads"].items():
+        torch.testing.assert_close(result["grads"][name], grad, **TOL, msg=name)
+
+
+@pytest.mark.parametrize("remat", [r for r in REMATS if r != "none"])
+def test_remat_and_scan_match_plain_loop_on_one_device(runs, remat):
+    reference = runs[1]["results"][("fsdp", "none")]
+    result = runs[1]["results"][("fsdp", remat)]
+    torch.testing.assert_close(result["loss"], reference["loss"], **TOL)
+    for name, grad in reference["grads"].items():
+        torch.testing.assert_close(result["grads"][name], grad, **TOL, msg=name)
+
+
+@pytest.mark.parametrize("preset,remat", COMBOS)
+def test_remat_presets_really_change_the_graph(runs, preset, remat):
+    result = runs[4]["results"][(preset, remat)]
+    assert result["hlo_has_scan"] == remat.startswith("scan")
+    # Outside scan, checkpointing fences its recompute with an optimization barrier.
+    if remat == "checkpoint":
+        assert result["hlo_has_remat"]
+    if remat == "none":
+        assert not result["hlo_has_remat"]
+
+
+@pytest.mark.parametrize("devices", (4, 8))
+@pytest.mark.parametrize("preset", PRESETS)
+def test_each_parameter_carries_the_sharding_its_rule_asked_for(runs, devices, preset):
+    result = runs[devices]["results"][(preset, "none")]
+    for name, planned in result["planned_shards"].items():
+        assert result["actual_shards"][name] == {planned}, name
+
+
+def test_sharding_specs_on_8_devices_are_the_expected_layouts(runs):
+    fsdp = runs[8]["results"][("fsdp", "none")]["specs"]
+    assert fsdp["embed.weight"] == "{devices=[8,1]0,1,2,3,4,5,6,7}"
+    assert fsdp["layers.0.norm.weight"] == "{replicated}"
+    tensor = runs[8]["results"][("fsdp_tensor", "none")]["specs"]
+    # mesh fsdp=4 x tensor=2: up.weight [tensor, fsdp] puts tensor on rows.
+    assert tensor["layers.0.up.weight"] == "{devices=[2,4]0,2,4,6,1,3,5,7}"
+    assert tensor["layers.0.up.bias"].endswith("last_tile_dim_replicate}")
+
+
+@pytest.mark.parametrize("devices", DEVICE_COUNTS)
+def test_device_loader_delivers_batch_sharded_inputs(runs, devices):
+    batches = runs[devices]["loader"]
+    torch.testing.assert_close(
+        torch.cat([b["input_ids"][0] for b in batches]), runs[devices]["host_ids"]
+    )
+    for b in batches:
+        if devices == 1:
+            assert b["input_ids"][1] == b["mask"][1] == "{replicated}"
+        else:
+            assert b["input_ids"][1].startswith(f"{{devices=[{devices},1]")
+            assert b["mask"][1].startswith(f"{{devices=[{devices},1,1]")
