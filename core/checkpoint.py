@@ -1,0 +1,448 @@
+"""Resumable sharded checkpoints for SPMD training, plus a consolidated weights file.
+
+Each complete checkpoint is one folder under the run's checkpoint directory:
+
+    DIR/step-00000040/
+        .metadata, __*_*.distcp   torch.distributed.checkpoint (DCP) shards, written by every
+                                  process with torch_xla's SPMD planners: `model.<name>` for
+                                  model.state_dict(), `optim.<param name>.<key>` for each
+                                  optimizer state tensor (exp_avg, exp_avg_sq, step, ...)
+        trainer.pt                optimizer param groups (by parameter name), LR scheduler
+        rng-00000.pt              per process: torch CPU and torch_xla RNG states
+        model.safetensors         full unsharded weights, state_dict (Hugging Face) names
+        meta.json                 step, data position, `extra`, process/device counts
+    DIR/.tmp-step-00000050/       a save in progress or a crashed one: never read
+
+A save writes into `.tmp-step-N` and renames it to `step-N` only after every process has
+finished writing, so a folder named `step-N` is always complete; a crash mid-save leaves the
+previous checkpoint as the latest, and the next save removes the leftover. Old checkpoints
+beyond `keep` are renamed to `.trash-*` (atomically) before being deleted.
+
+Optimizer state is keyed by parameter name and restored without a training step: `restore`
+reads the checkpoint's metadata, allocates zero tensors of the saved shapes (the ones shaped
+like their parameter on the parameter's device, with its sharding), loads into them in place
+and hands the result to `optimizer.load_state_dict`.
+
+`load_checkpoint` reads only `model.safetensors` and never imports torch_xla, so evaluation
+and export run anywhere. The rest imports torch_xla lazily, inside the methods.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import warnings
+from itertools import zip_longest
+from pathlib import Path
+
+import torch
+
+from core.errors import UserError
+
+_STEP_DIR = re.compile(r"step-(\d+)")
+_TMP_PREFIX = ".tmp-"
+_TRASH_PREFIX = ".trash-"
+WEIGHTS_FILE = "model.safetensors"
+_META_FILE = "meta.json"
+_TRAINER_FILE = "trainer.pt"
+RUN_SUBDIR = "checkpoints"  # where a run folder keeps its checkpoints
+
+
+class CheckpointError(UserError):
+    """A checkpoint that is missing or does not fit the model/optimizer being restored."""
+
+
+def step_dir_name(step: int) -> str:
+    return f"step-{step:08d}"
+
+
+def complete_steps(directory: str | Path) -> list[int]:
+    """Steps of the complete checkpoints in `directory`, ascending (tmp/trash folders ignored)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    steps = []
+    for child in directory.iterdir():
+        found = _STEP_DIR.fullmatch(child.name)
+        if found and child.is_dir():
+            steps.append(int(found.group(1)))
+    return sorted(steps)
+
+
+class Checkpointer:
+    """Periodic sharded saves into `directory`, keeping the newest `keep` complete ones.
+
+    Every process calls `save`/`restore` at the same step (SPMD programs are global); with
+    more than one process the default torch.distributed group is used (initialised with gloo
+    over `xla://` if needed). `save` is synchronous and installs no signal handlers: call it
+    from the training loop, e.g. once a SIGTERM handler has set a flag.
+    """
+
+    def __init__(self, directory: str | Path, keep: int = 3):
+        if keep < 1:
+            raise CheckpointError(f"checkpoint keep must be at least 1, got {keep}")
+        self.directory = Path(directory)
+        self.keep = keep
+
+    def latest_step(self) -> int | None:
+        steps = complete_steps(self.directory)
+        return steps[-1] if steps else None
+
+    def path(self, step: int) -> Path:
+        return self.directory / step_dir_name(step)
+
+    # -- save ------------------------------------------------------------------------------
+
+    def save(
+        self,
+        step: int,
+        model,
+        optimizer,
+        scheduler=None,
+        data_position: int = 0,
+        extra: dict | None = None,
+    ) -> Path:
+        """Write a complete checkpoint for `step` and return its folder."""
+        meta = {"step": int(step), "data_position": int(data_position), "extra": extra or {}}
+        try:
+            json.dumps(meta["extra"])
+        except (TypeError, ValueError) as err:
+            raise CheckpointError(f"checkpoint extra must be JSON-serialisable: {err}") from None
+        names = _param_names(model)
+        opt_tensors, opt_values, groups = _split_optimizer(optimizer, names)
+
+        import torch.distributed.checkpoint as dcp
+        import torch_xla
+        import torch_xla.core.xla_model as xm
+        import torch_xla.runtime as xr
+        from torch_xla.experimental.distributed_checkpoint import SPMDSavePlanner
+
+        # Materialise pending lazy computations (the last step's updates) before reading. Every
+        # sync advances torch_xla's RNG seed, so the seed is read right after this one: a
+        # resumed run then draws exactly what the saving run draws next.
+        torch_xla.sync()
+        xm.wait_device_ops()
+        rng = {"torch": torch.get_rng_state(), "xla": xm.get_rng_state()}
+        process, processes = xr.process_index(), xr.process_count()
+        group = _process_group(processes)
+        final, tmp = self.path(step), self.directory / (_TMP_PREFIX + step_dir_name(step))
+        if process == 0:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._remove_leftovers()
+            tmp.mkdir()
+        _barrier(group)
+
+        state = {f"model.{k}": v for k, v in model.state_dict().items()}
+        state.update({f"optim.{n}.{key}": t for (n, key), t in opt_tensors.items()})
+        # thread_count > 1: with torchax installed the default single-thread writer picks an
+        # overlapping loader that asks torchax for CUDA-style streams and fails.
+        writer = dcp.FileSystemWriter(str(tmp), thread_count=2)
+        with _quiet_single_process():
+            dcp.save(state, storage_writer=writer, planner=SPMDSavePlanner(), process_group=group)
+        _torch_save(rng, tmp / f"rng-{process:05d}.pt")
+        # `.cpu()` on a sharded XLA tensor gathers the full tensor; it is a collective, so
+        # every process runs it and process 0 writes.
+        with _quiet_single_process():
+            weights = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+        if process == 0:
+            from safetensors.torch import save_file
+
+            save_file(weights, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
+            os.chmod(tmp / WEIGHTS_FILE, 0o644)  # safetensors creates it owner-only
+            _fsync(tmp / WEIGHTS_FILE)
+            trainer = {
+                "param_groups": groups,
+                "optimizer_values": opt_values,
+                "scheduler": scheduler.state_dict() if scheduler is not None else None,
+            }
+            _torch_save(trainer, tmp / _TRAINER_FILE)
+            meta.update(processes=processes, devices=xr.global_runtime_device_count())
+            _write_text(tmp / _META_FILE, json.dumps(meta, indent=1, sort_keys=True))
+        del weights
+        _barrier(group)
+        if process == 0:
+            self._commit(tmp, final)
+            self._prune()
+        _barrier(group)
+        return final
+
+    def _commit(self, tmp: Path, final: Path) -> None:
+        """Make `tmp` visible as `final` with one rename (replacing a same-step checkpoint)."""
+        if final.exists():
+            trash = self.directory / (_TRASH_PREFIX + final.name)
+            final.rename(trash)
+            shutil.rmtree(trash)
+        tmp.rename(final)
+        _fsync(self.directory)
+
+    def _prune(self) -> None:
+        for step in complete_steps(self.directory)[: -self.keep]:
+            path = self.path(step)
+            trash = self.directory / (_TRASH_PREFIX + path.name)
+            path.rename(trash)  # atomic: never a half-deleted folder named step-N
+            shutil.rmtree(trash)
+
+    def _remove_leftovers(self) -> None:
+        for child in self.directory.iterdir():
+            if child.name.startswith((_TMP_PREFIX, _TRASH_PREFIX)) and child.is_dir():
+                shutil.rmtree(child)
+
+    # -- restore ---------------------------------------------------------------------------
+
+    def restore(self, model, optimizer, scheduler=None, step: int | None = None) -> dict:
+        """Load a checkpoint (default: the latest) in place into model, optimizer, scheduler
+        and the RNGs; parameters keep their sharding. Returns step, data_position, extra."""
+        steps = complete_steps(self.directory)
+        if not steps:
+            raise CheckpointError(
+                f"no complete checkpoint in {self.directory} (expected step-NNNNNNNN folders)"
+            )
+        step = steps[-1] if step is None else step
+        if step not in steps:
+            raise CheckpointError(
+                f"no complete checkpoint for step {step} in {self.directory}; have {steps}"
+            )
+        path = self.path(step)
+
+        import torch.distributed.checkpoint as dcp
+        import torch_xla
+        import torch_xla.core.xla_model as xm
+        import torch_xla.runtime as xr
+        from torch_xla.experimental.distributed_checkpoint import SPMDLoadPlanner
+
+        reader = dcp.FileSystemReader(str(path))
+        saved = reader.read_metadata().state_dict_metadata
+        model_state = model.state_dict(keep_vars=True)  # the live tensors: load in place
+        _check_model(path, model_state, saved)
+        meta = json.loads((path / _META_FILE).read_text())
+        trainer = torch.load(path / _TRAINER_FILE, weights_only=True)
+        names = _param_names(model)
+        _check_groups(path, optimizer, names, trainer["param_groups"])
+        if scheduler is not None and trainer["scheduler"] is None:
+            raise CheckpointError(f"checkpoint {path} has no LR scheduler state to restore")
+
+        opt_tensors = _optimizer_targets(optimizer, names, saved)
+        torch_xla.sync()  # the zero buffers become device data the planner can load into
+        xm.wait_device_ops()  # ...and the planner may only read them once that has finished
+        state = {f"model.{k}": v for k, v in model_state.items()}
+        state.update({f"optim.{n}.{key}": t for (n, key), t in opt_tensors.items()})
+        group = _process_group(xr.process_count())
+        with _quiet_single_process():
+            dcp.load(state, storage_reader=reader, planner=SPMDLoadPlanner(), process_group=group)
+        optimizer.load_state_dict(_optimizer_state_dict(optimizer, names, opt_tensors, trainer))
+        if scheduler is not None:
+            scheduler.load_state_dict(trainer["scheduler"])
+
+        rng_file = path / f"rng-{xr.process_index():05d}.pt"
+        if not rng_file.exists():  # fewer processes saved than restore: take process 0's
+            rng_file = path / "rng-00000.pt"
+        rng = torch.load(rng_file, weights_only=True)
+        torch_xla.sync()
+        xm.wait_device_ops()
+        torch.set_rng_state(rng["torch"])
+        xm.set_rng_state(rng["xla"])  # last: a sync after this would advance the seed
+        return {
+            "step": meta["step"],
+            "data_position": meta["data_position"],
+            "extra": meta["extra"],
+        }
+
+
+def load_checkpoint(path: str | Path) -> dict[str, torch.Tensor]:
+    """Full (unsharded) weights by state_dict name, needing no torch_xla.
+
+    `path` is a checkpoint folder (`.../step-N`), a Checkpointer directory, or a run folder
+    whose checkpoints are in `checkpoints/` (the trainer's layout); the latter two give the
+    newest complete checkpoint.
+    """
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    if (path / WEIGHTS_FILE).is_file():
+        return load_file(str(path / WEIGHTS_FILE))
+    for folder in (path, path / RUN_SUBDIR):
+        steps = complete_steps(folder)
+        if steps:
+            return load_file(str(folder / step_dir_name(steps[-1]) / WEIGHTS_FILE))
+    raise CheckpointError(
+        f"{path} is neither a checkpoint folder (no {WEIGHTS_FILE}) nor a folder with "
+        f"complete step-NNNNNNNN checkpoints (directly or in {RUN_SUBDIR}/)"
+    )
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+def _param_names(model) -> dict[int, str]:
+    return {id(p): name for name, p in model.named_parameters()}
+
+
+def _split_optimizer(optimizer, names: dict[int, str]):
+    """Optimizer state keyed by parameter name: tensors (for DCP), other values, and the
+    param groups with parameter names in place of the parameters."""
+    tensors, values, groups = {}, {}, []
+    for group in optimizer.param_groups:
+        group_names = []
+        for param in group["params"]:
+            if id(param) not in names:
+                raise CheckpointError(
+                    "the optimizer holds a parameter that is not in the model; build the "
+                    "optimizer from model.parameters()"
+                )
+            name = names[id(param)]
+            group_names.append(name)
+            for key, value in optimizer.state.get(param, {}).items():
+                if isinstance(value, torch.Tensor):
+                    tensors[name, key] = value
+                else:
+                    values.setdefault(name, {})[key] = value
+        groups.append({**{k: v for k, v in group.items() if k != "params"}, "params": group_names})
+    return tensors, values, groups
+
+
+def _check_model(path: Path, model_state: dict, saved: dict) -> None:
+    """One-line error naming the first parameter/buffer that does not fit."""
+    saved_shapes = {
+        k[len("model.") :]: list(md.size)
+        for k, md in saved.items()
+        if k.startswith("model.") and hasattr(md, "size")
+    }
+    for name, tensor in model_state.items():
+        if name not in saved_shapes:
+            raise CheckpointError(
+                f"checkpoint {path} does not fit the model: '{name}' is in the model but not "
+                "in the checkpoint"
+            )
+        if saved_shapes[name] != list(tensor.shape):
+            raise CheckpointError(
+                f"checkpoint {path} does not fit the model: '{name}' has shape "
+                f"{saved_shapes[name]} in the checkpoint but {list(tensor.shape)} in the model"
+            )
+    extra = [name for name in saved_shapes if name not in model_state]
+    if extra:
+        raise CheckpointError(
+            f"checkpoint {path} does not fit the model: '{extra[0]}' is in the checkpoint but "
+            "not in the model"
+        )
+
+
+def _check_groups(path: Path, optimizer, names: dict[int, str], saved_groups: list) -> None:
+    if len(saved_groups) != len(optimizer.param_groups):
+        raise CheckpointError(
+            f"checkpoint {path} has {len(saved_groups)} optimizer param groups but the "
+            f"optimizer has {len(optimizer.param_groups)}"
+        )
+    for index, (group, saved) in enumerate(zip(optimizer.param_groups, saved_groups)):
+        current = [names.get(id(p), "?") for p in group["params"]]
+        for position, (ours, theirs) in enumerate(zip_longest(current, saved["params"])):
+            if ours != theirs:
+                raise CheckpointError(
+                    f"checkpoint {path}: optimizer param group {index} has '{ours}' at "
+                    f"position {position} but the checkpoint has '{theirs}'"
+                )
+
+
+def _optimizer_targets(optimizer, names: dict[int, str], saved: dict) -> dict:
+    """Zero tensors to load the saved optimizer state into, one per saved tensor.
+
+    State shaped like its parameter (exp_avg, exp_avg_sq, ...) lives on the parameter's device
+    with the parameter's sharding, which is what a training step would have created; anything
+    else (AdamW's scalar `step`) is a CPU tensor, as torch keeps it.
+    """
+    import torch_xla
+
+    by_param: dict[str, dict] = {}
+    for fqn, md in saved.items():
+        if fqn.startswith("optim.") and hasattr(md, "size"):
+            name, _, key = fqn[len("optim.") :].rpartition(".")
+            by_param.setdefault(name, {})[key] = md
+    targets = {}
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            name = names[id(param)]
+            for key, md in by_param.get(name, {}).items():
+                if len(md.size) and tuple(md.size) == tuple(param.shape):
+                    zeros = torch.zeros(md.size, dtype=md.properties.dtype, device=param.device)
+                    if param.device.type == "xla":
+                        sharding = torch_xla._XLAC._get_xla_op_sharding(param)
+                        if sharding is not None:
+                            torch_xla._XLAC._xla_mark_sharding(zeros, sharding)
+                else:
+                    zeros = torch.zeros(md.size, dtype=md.properties.dtype)
+                targets[name, key] = zeros
+    return targets
+
+
+def _optimizer_state_dict(optimizer, names: dict[int, str], tensors: dict, trainer: dict):
+    """The loaded state in `optimizer.state_dict()` form (integer ids in group order)."""
+    state, groups, index = {}, [], 0
+    for group, saved in zip(optimizer.param_groups, trainer["param_groups"]):
+        ids = []
+        for param in group["params"]:
+            name = names[id(param)]
+            entry = {key: t for (n, key), t in tensors.items() if n == name}
+            entry.update(trainer["optimizer_values"].get(name, {}))
+            if entry:
+                state[index] = entry
+            ids.append(index)
+            index += 1
+        groups.append({**saved, "params": ids})
+    return {"state": state, "param_groups": groups}
+
+
+def _process_group(processes: int):
+    """The default torch.distributed group for multi-process DCP (None: single process)."""
+    if processes == 1:
+        return None
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        import torch_xla.distributed.xla_backend  # noqa: F401  (registers xla://)
+
+        dist.init_process_group("gloo", init_method="xla://")
+    return dist.group.WORLD
+
+
+@contextlib.contextmanager
+def _quiet_single_process():
+    """Silence warnings about torch/torch_xla internals that users cannot act on: DCP without
+    a process group (our single-process case), its planner signature, storage deprecations."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        warnings.filterwarnings("ignore", category=UserWarning,
+                                module=r"torch(_xla)?\.(distributed|storage)")
+        warnings.filterwarnings("ignore", message=".*TypedStorage is deprecated")
+        yield
+
+
+def _barrier(group) -> None:
+    if group is not None:
+        import torch.distributed as dist
+
+        dist.barrier(group)
+
+
+def _torch_save(obj, path: Path) -> None:
+    with open(path, "wb") as f:
+        torch.save(obj, f)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _write_text(path: Path, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _fsync(path: Path) -> None:
+    """Flush a file or a directory entry (a rename) to disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
