@@ -63,12 +63,15 @@ def detect() -> RuntimeInfo:
         device_count=xr.global_runtime_device_count(),
         process_index=xr.process_index(),
         process_count=xr.process_count(),
-        tpu_type=os.environ.get("TPU_ACCELERATOR_TYPE") or _tpu_type_from_metadata(),
+        tpu_type=tpu_type(),
     )
 
 
-def _tpu_type_from_metadata() -> str | None:
-    """On a TPU VM without TPU_ACCELERATOR_TYPE, ask the GCE metadata server (1 s timeout)."""
+def tpu_type() -> str | None:
+    """This TPU VM's slice type (e.g. v4-32): TPU_ACCELERATOR_TYPE, else the GCE metadata
+    server (1 s timeout); None off TPU."""
+    if os.environ.get("TPU_ACCELERATOR_TYPE"):
+        return os.environ["TPU_ACCELERATOR_TYPE"]
     if not on_tpu_vm():
         return None
     import urllib.request

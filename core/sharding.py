@@ -9,7 +9,8 @@ A rules file (YAML) has two sections, each an ordered map of pattern -> spec:
       layers.*: [[data, fsdp], null, null]
 
 In a pattern `*` matches one dotted name component and `**` any run of them; the first rule
-that matches a name wins. A spec lists, per tensor dimension, null (replicated), a mesh axis,
+that matches a name wins. A leading `?` marks a rule that may match nothing (e.g. an LM head
+that tied-embedding sizes lack). A spec lists, per tensor dimension, null (replicated), a mesh axis,
 or a list of mesh axes. Matching is strict both ways: a parameter that no rule covers and a
 rule that matches nothing (including one shadowed by an earlier rule) are errors naming them.
 """
@@ -39,8 +40,12 @@ class Rule:
     spec: Spec
 
     @property
+    def optional(self) -> bool:
+        return self.pattern.startswith("?")
+
+    @property
     def regex(self) -> re.Pattern:
-        parts = re.split(r"(\*\*|\*)", self.pattern)
+        parts = re.split(r"(\*\*|\*)", self.pattern.removeprefix("?"))
         wildcard = {"**": r".+", "*": r"[^.]+"}
         return re.compile("".join(wildcard.get(part, re.escape(part)) for part in parts))
 
@@ -121,7 +126,7 @@ def match(names: list[str], rules: tuple[Rule, ...], kind: str) -> dict[str, Rul
             )
         chosen[name] = rule
     used = set(chosen.values())
-    unused = [r.pattern for r in rules if r not in used]
+    unused = [r.pattern for r in rules if r not in used and not r.optional]
     if unused:
         raise ShardingError(
             f"sharding rule '{unused[0]}' matches no {kind} (or an earlier rule "
@@ -186,7 +191,8 @@ def match_activations(model, rules: ShardingRules) -> dict[str, Rule]:
     covered = {
         n: r for n in names if (r := next((r for r in rules.activations if r.matches(n)), None))
     }
-    unused = [r.pattern for r in rules.activations if r not in set(covered.values())]
+    used = set(covered.values())
+    unused = [r.pattern for r in rules.activations if r not in used and not r.optional]
     if unused:
         raise ShardingError(
             f"activation rule '{unused[0]}' matches no module (or an earlier "

@@ -7,8 +7,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.skipif(shutil.which("ruff") is None and not (ROOT / ".venv/bin/ruff").exists(),
-                    reason="ruff is installed by setup_vm.sh (dev extra)")
+@pytest.mark.skipif(
+    shutil.which("ruff") is None and not (ROOT / ".venv/bin/ruff").exists(),
+    reason="ruff is installed by setup_vm.sh (dev extra)",
+)
 def test_ruff_is_clean():
     ruff = shutil.which("ruff") or str(ROOT / ".venv/bin/ruff")
     result = subprocess.run([ruff, "check", str(ROOT)], capture_output=True, text=True)

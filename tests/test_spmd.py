@@ -4,14 +4,12 @@ The PJRT device count is fixed per process, so `spmd_worker.py` runs once per co
 three in parallel) and every preset x remat combination is compared here.
 """
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from spmd_worker import PRESETS, REMATS
+from xla_harness import assert_same_loss_and_grads, run_workers
 
 HERE = Path(__file__).resolve().parent
 DEVICE_COUNTS = (1, 4, 8)
@@ -22,28 +20,7 @@ TOL = {"rtol": 1e-5, "atol": 1e-6}
 
 @pytest.fixture(scope="session")
 def runs(tmp_path_factory):
-    out = tmp_path_factory.mktemp("spmd")
-    procs = {}
-    for n in DEVICE_COUNTS:
-        env = {
-            **os.environ,
-            "PJRT_DEVICE": "CPU",
-            "CPU_NUM_DEVICES": str(n),
-            "TF_CPP_MIN_LOG_LEVEL": "2",
-        }
-        procs[n] = subprocess.Popen(
-            [sys.executable, str(HERE / "spmd_worker.py"), str(out / f"{n}.pt")],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-    results = {}
-    for n, proc in procs.items():
-        log, _ = proc.communicate(timeout=600)
-        assert proc.returncode == 0, f"worker on {n} devices failed:\n{log[-3000:]}"
-        results[n] = torch.load(out / f"{n}.pt", weights_only=False)
-    return results
+    return run_workers(HERE / "spmd_worker.py", DEVICE_COUNTS, tmp_path_factory.mktemp("spmd"))
 
 
 @pytest.mark.parametrize("devices", DEVICE_COUNTS)
@@ -55,19 +32,13 @@ def test_worker_saw_its_device_count(runs, devices):
 @pytest.mark.parametrize("preset,remat", COMBOS)
 def test_sharded_loss_and_grads_match_one_device(runs, devices, preset, remat):
     reference = runs[1]["results"][("fsdp", "none")]
-    result = runs[devices]["results"][(preset, remat)]
-    torch.testing.assert_close(result["loss"], reference["loss"], **TOL)
-    for name, grad in reference["grads"].items():
-        torch.testing.assert_close(result["grads"][name], grad, **TOL, msg=name)
+    assert_same_loss_and_grads(runs[devices]["results"][(preset, remat)], reference, TOL)
 
 
 @pytest.mark.parametrize("remat", [r for r in REMATS if r != "none"])
 def test_remat_and_scan_match_plain_loop_on_one_device(runs, remat):
     reference = runs[1]["results"][("fsdp", "none")]
-    result = runs[1]["results"][("fsdp", remat)]
-    torch.testing.assert_close(result["loss"], reference["loss"], **TOL)
-    for name, grad in reference["grads"].items():
-        torch.testing.assert_close(result["grads"][name], grad, **TOL, msg=name)
+    assert_same_loss_and_grads(runs[1]["results"][("fsdp", remat)], reference, TOL)
 
 
 @pytest.mark.parametrize("preset,remat", COMBOS)

@@ -82,5 +82,70 @@ def doctor(overrides):
         sys.exit(1)
 
 
+@cli.command()
+def models():
+    """List every registered model and size with its parameter count."""
+    from zoo.registry import FAMILIES, family, parameter_count
+
+    for fam_name in FAMILIES:
+        fam = family(fam_name)
+        for size in fam.sizes:
+            count = parameter_count(fam, size)
+            click.echo(f"{fam_name}-{size:10} {count / 1e6:>10,.1f} M parameters")
+
+
+@cli.command(context_settings={"ignore_unknown_options": True})
+@click.argument("model")
+@click.argument("overrides", nargs=-1)
+@click.option("--tpu", help="Slice type to run on: v4-32, v5litepod-16, ... or cpu-N here.")
+@click.option("--steps", type=int, help="Optimizer steps to train (total, across resumes).")
+@click.option("--out", help="Run folder (default runs/MODEL); reruns resume from it.")
+@click.option("--init-from", help="Hugging Face checkpoint directory to start from.")
+@click.option("--config", "config_files", multiple=True, help="YAML config file(s).")
+@click.option(
+    "--prompt", default="The", show_default=True, help="Prompt for the sample printed at the end."
+)
+def train(model, overrides, tpu, steps, out, init_from, config_files, prompt):
+    """Train MODEL (see `zoo models`); OVERRIDES are key=value config settings.
+
+    Example: zoo train llama-tiny --tpu cpu-4 --steps 40 optim.lr=1e-3 remat=scan
+    """
+    from zoo.train import train as run_training
+
+    flags = {"tpu": tpu, "steps": steps, "out": out or f"runs/{model}", "init_from": init_from}
+    overrides = [f"{k}={v}" for k, v in flags.items() if v is not None] + list(overrides)
+    cfg, summary = run_training(model, overrides, config_files)
+    if not summary:
+        click.echo(f"nothing to do: {cfg.out} already trained {cfg.steps} steps")
+        return
+    click.echo(
+        f"done: steps {summary['first_step']}-{summary['last_step']}, loss "
+        f"{summary['first_loss']:.3f} -> {summary['last_loss']:.3f}, median step "
+        f"{summary['median_step_time_s']:.3f} s, {summary['tokens_per_s']:,.0f} tokens/s, "
+        f"MFU {summary['mfu']:.1%}, {summary['compiles']} compiles; run folder {cfg.out}"
+    )
+    if cfg.data.source != "synthetic":
+        from zoo.generate import generate, load_for_generation
+
+        model_, tokenizer = load_for_generation(cfg.out)
+        sample = generate(model_, tokenizer, prompt, max_new_tokens=40, temperature=0.8, top_k=40)
+        click.echo(f"sample: {sample!r}")
+
+
+@cli.command("generate")
+@click.argument("run_or_checkpoint")
+@click.option("--prompt", required=True)
+@click.option("--max-new-tokens", default=50, show_default=True)
+@click.option("--temperature", default=0.0, show_default=True, help="0 = greedy.")
+@click.option("--top-k", default=0, show_default=True, help="0 = no top-k cut.")
+@click.option("--seed", default=0, show_default=True)
+def generate_command(run_or_checkpoint, prompt, max_new_tokens, temperature, top_k, seed):
+    """Continue PROMPT with a trained run (folder) or one of its checkpoints."""
+    from zoo.generate import generate, load_for_generation
+
+    model, tokenizer = load_for_generation(run_or_checkpoint)
+    click.echo(generate(model, tokenizer, prompt, max_new_tokens, temperature, top_k, seed))
+
+
 def main():
     cli(prog_name="zoo")

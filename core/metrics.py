@@ -1,0 +1,107 @@
+"""Where step metrics go: a progress bar, RUN/metrics.jsonl, and wandb when configured.
+
+Values arrive from step closures, i.e. after the step graph ran, so reading them never
+forces an extra execution or breaks the graph.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+
+from tqdm import tqdm
+
+
+@dataclasses.dataclass
+class WandbConfig:
+    project: str | None = None  # set to log to wandb
+    mode: str = "auto"  # auto: online with WANDB_API_KEY, else offline; or online/offline/disabled
+    run_name: str | None = None
+
+
+class MetricsLogger:
+    def __init__(
+        self, run_dir: Path, total_steps: int, start_step: int, wandb: WandbConfig, config: dict
+    ):
+        self.path = Path(run_dir) / "metrics.jsonl"
+        _drop_records_after(self.path, start_step)  # a resumed run rewrites those steps
+        self.file = self.path.open("a")
+        self.bar = tqdm(
+            total=total_steps, initial=start_step, desc="train", unit="step", dynamic_ncols=True
+        )
+        self.wandb_run = _start_wandb(wandb, run_dir, config)
+
+    def step_done(self, metrics: dict) -> None:
+        """Every step: advance the bar and show the latest numbers."""
+        self.bar.update(1)
+        self.bar.set_postfix(
+            loss=f"{metrics['loss']:.3f}",
+            tok_s=f"{metrics['tokens_per_s']:.0f}",
+            mfu=f"{metrics['mfu']:.1%}",
+            refresh=False,
+        )
+
+    def record(self, metrics: dict) -> None:
+        """Logged steps: one JSON line, a console line, and wandb."""
+        self.file.write(json.dumps(metrics) + "\n")
+        self.file.flush()
+        shown = " ".join(f"{k}={_fmt(v)}" for k, v in metrics.items() if k != "step")
+        self.bar.write(f"step {metrics['step']}: {shown}")
+        if self.wandb_run is not None:
+            self.wandb_run.log(metrics, step=metrics["step"])
+
+    def note(self, text: str) -> None:
+        self.bar.write(text)
+
+    def close(self) -> None:
+        self.bar.close()
+        self.file.close()
+        if self.wandb_run is not None:
+            self.wandb_run.finish()
+
+
+def _drop_records_after(path: Path, step: int) -> None:
+    if not path.exists():
+        return
+    lines = path.read_text().splitlines(keepends=True)
+    kept = [line for line in lines if line.strip() and json.loads(line)["step"] <= step]
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(kept))
+    tmp.replace(path)
+
+
+def _fmt(value) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _start_wandb(config: WandbConfig, run_dir: Path, run_config: dict):
+    if not config.project or config.mode == "disabled":
+        return None
+    import wandb
+
+    mode = config.mode
+    if mode == "auto":
+        mode = "online" if os.environ.get("WANDB_API_KEY") else "offline"
+    settings = wandb.Settings(init_timeout=30, silent=True)
+    try:
+        return wandb.init(
+            project=config.project,
+            name=config.run_name,
+            dir=str(run_dir),
+            config=run_config,
+            mode=mode,
+            settings=settings,
+        )
+    except Exception:  # no network or a bad key: keep the run, log offline instead
+        if mode == "offline":
+            raise
+        return wandb.init(
+            project=config.project,
+            name=config.run_name,
+            dir=str(run_dir),
+            config=run_config,
+            mode="offline",
+            settings=settings,
+        )

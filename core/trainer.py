@@ -1,0 +1,305 @@
+"""The generic SPMD training loop. Knows no model: subclasses say how a batch becomes a loss.
+
+Override points:
+  forward(batch) -> (loss, aux)     the model call and loss (aux: dict of scalar tensors)
+  train_step(batch) -> metrics      grad accumulation, clipping, optimizer and schedule step
+  host_batches(start) -> iterator   this host's batches from global batch number `start`
+  flops_per_step() / items_per_step()  for MFU and throughput
+
+The step is traced once and replayed: no `.item()`, no host transfers inside it; metrics are
+read in a step closure after the graph ran.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import signal
+import time
+from pathlib import Path
+
+import torch
+
+from core import topology
+from core.checkpoint import Checkpointer
+from core.flops import calibrate_cpu_peak
+from core.inputs import device_loader
+from core.mesh import MeshConfig, axis_sizes, build_mesh
+from core.metrics import MetricsLogger, WandbConfig
+from core.optim import OptimConfig, ScheduleConfig, build_optimizer, build_schedule
+from core.remat import RematConfig, apply_remat
+from core.sharding import ShardingRules, shard_model
+
+WARMUP_STEPS = 2  # step 1 compiles the step, step 2 again once optimizer state exists
+TIMING_WINDOW = 10  # steps averaged into the reported step time
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    model_name: str = ""
+    tpu: str = "cpu"  # slice type the run is meant for; checked against the runtime
+    steps: int = 100
+    global_batch_size: int = 8
+    grad_accum: int = 1  # micro-batches per optimizer step (global batch split evenly)
+    precision: str = "auto"  # auto (bf16 on TPU, fp32 elsewhere) | fp32 | bf16
+    seed: int = 0
+    out: str = "runs/run"
+    log_every: int = 10
+    checkpoint_every: int = 50
+    keep_checkpoints: int = 3
+    sharding: str = "fsdp"  # preset name in the model family's sharding/ folder
+    remat: str = "none"  # preset name in the model family's remat/ folder
+    init_from: str | None = None  # Hugging Face checkpoint directory to start from
+    mesh: MeshConfig = dataclasses.field(default_factory=MeshConfig)
+    optim: OptimConfig = dataclasses.field(default_factory=OptimConfig)
+    schedule: ScheduleConfig = dataclasses.field(default_factory=ScheduleConfig)
+    wandb: WandbConfig = dataclasses.field(default_factory=WandbConfig)
+
+    def __post_init__(self):
+        if self.precision not in ("auto", "fp32", "bf16"):
+            raise ValueError(f"precision must be auto, fp32 or bf16, not {self.precision}")
+        if self.global_batch_size % self.grad_accum:
+            raise ValueError(
+                f"global_batch_size ({self.global_batch_size}) must be a multiple "
+                f"of grad_accum ({self.grad_accum})"
+            )
+
+
+class Trainer:
+    throughput_unit = "tokens"  # metrics get `<unit>_per_s`
+
+    def __init__(
+        self, config: TrainConfig, model: torch.nn.Module, rules: ShardingRules, remat: RematConfig
+    ):
+        import torch_xla
+        import torch_xla.runtime as xr
+
+        self.config = config
+        self.run_dir = Path(config.out)
+        self.topology = topology.parse(config.tpu)
+        self.mesh = build_mesh(config.mesh)
+        self.devices = xr.global_runtime_device_count()
+        self.bf16 = config.precision == "bf16" or (
+            config.precision == "auto" and self.topology.is_tpu
+        )
+        apply_remat(model, remat)
+        self.model = model.to(torch_xla.device())
+        self.plan = shard_model(self.model, rules, self.mesh)
+        self.optimizer = build_optimizer(config.optim, self.model.parameters())
+        self.scheduler = build_schedule(config.schedule, self.optimizer, config.steps)
+        self.checkpointer = Checkpointer(self.run_dir / "checkpoints", keep=config.keep_checkpoints)
+        self.step = 0
+        self.checkpoint_compiles = 0
+        self._stop_requested = False
+
+    # ---- override points -------------------------------------------------------------
+    def forward(self, batch: dict) -> tuple[torch.Tensor, dict]:
+        raise NotImplementedError
+
+    def host_batches(self, start: int):
+        raise NotImplementedError
+
+    def flops_per_step(self) -> float:
+        raise NotImplementedError
+
+    def items_per_step(self) -> int:
+        raise NotImplementedError
+
+    def train_step(self, batch: dict) -> dict:
+        accum = self.config.grad_accum
+        total, aux_sum = 0.0, {}
+        for micro in _micro_batches(batch, accum):
+            with self._autocast():
+                loss, aux = self.forward(micro)
+            (loss / accum).backward()
+            total = total + loss.detach() / accum
+            for key, value in aux.items():
+                aux_sum[key] = aux_sum.get(key, 0.0) + value.detach() / accum
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        clip = self.config.optim.grad_clip or float("inf")
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, clip)
+        extra = self.optimizer.step()  # custom optimizers may return a dict of metrics
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return {
+            "loss": total,
+            "grad_norm": grad_norm,
+            **aux_sum,
+            **(extra if isinstance(extra, dict) else {}),
+        }
+
+    # ---- the loop ----------------------------------------------------------------------
+    def fit(self) -> dict:
+        """Train to `config.steps`, resuming from the latest complete checkpoint."""
+        import torch_xla
+        import torch_xla.core.xla_model as xm
+
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        start = self.step = self._resume()
+        peak, peak_note = self._peak_flops()
+        logger = MetricsLogger(
+            self.run_dir,
+            self.config.steps,
+            start,
+            self.config.wandb,
+            dataclasses.asdict(self.config),
+        )
+        logger.note(
+            f"mesh {axis_sizes(self.mesh)} on {self.devices} devices; "
+            f"{'bf16' if self.bf16 else 'fp32'}; MFU against {peak_note}"
+        )
+        self._tracker = _StepTracker(self, logger, peak)
+        first = next(iter(self.host_batches(start)))
+        loader = device_loader(self.host_batches(start), self.mesh, first)
+        previous = signal.signal(signal.SIGTERM, self._request_stop)
+        try:
+            for step, batch in zip(range(start, self.config.steps), loader):
+                values = self.train_step(batch)
+                lr = self.scheduler.get_last_lr()[0]
+                xm.add_step_closure(self._tracker.done, args=(step + 1, values, lr, batch))
+                torch_xla.sync()
+                self.step = step + 1
+                if (
+                    self._stop_requested
+                    or self.step % self.config.checkpoint_every == 0
+                    or self.step == self.config.steps
+                ):
+                    self._save()
+                if self._stop_requested:
+                    logger.note(f"SIGTERM: saved step {self.step}, exiting; rerun to resume")
+                    break
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+            logger.close()
+        return self._tracker.summary()
+
+    def _request_stop(self, signum, frame):
+        self._stop_requested = True
+
+    def _resume(self) -> int:
+        if self.checkpointer.latest_step() is None:
+            return 0
+        state = self.checkpointer.restore(self.model, self.optimizer, self.scheduler)
+        print(f"resuming from step {state['step']} ({self.checkpointer.directory})")
+        return state["data_position"]
+
+    def _save(self) -> None:
+        # Gathering sharded tensors for the weights file compiles small graphs of its own;
+        # keep them out of the step's compile count.
+        before = _compile_count()
+        self.checkpointer.save(
+            self.step, self.model, self.optimizer, self.scheduler, data_position=self.step
+        )
+        self.checkpoint_compiles += _compile_count() - before
+
+    def _autocast(self):
+        if not self.bf16:
+            return contextlib.nullcontext()
+        return torch.autocast("xla", dtype=torch.bfloat16)
+
+    def _peak_flops(self) -> tuple[float, str]:
+        """Peak FLOP/s of the whole runtime, and how it was obtained."""
+        if self.topology.is_tpu:
+            per_chip = self.topology.peak_bf16_flops_per_chip
+            chips = self.topology.chips
+            return (
+                per_chip * chips,
+                f"{chips} x {per_chip / 1e12:g} TFLOP/s bf16 ({self.topology.name})",
+            )
+        dtype = "bfloat16" if self.bf16 else "float32"
+        peak = calibrate_cpu_peak(dtype)
+        return peak, (
+            f"this host's measured {dtype} matmul peak {peak / 1e9:.0f} GFLOP/s "
+            f"(shared by {self.devices} virtual devices)"
+        )
+
+
+def _micro_batches(batch: dict, accum: int):
+    """Split rows into `accum` strided micro-batches so each keeps every device's share."""
+    if accum == 1:
+        yield batch
+        return
+    for i in range(accum):
+        yield {k: v.view(v.shape[0] // accum, accum, *v.shape[1:])[:, i] for k, v in batch.items()}
+
+
+class _StepTracker:
+    """Turns materialised step values into metrics; spots recompilation after warm-up."""
+
+    def __init__(self, trainer: Trainer, logger: MetricsLogger, peak_flops: float):
+        self.trainer, self.logger, self.peak = trainer, logger, peak_flops
+        self.start_step = trainer.step
+        self.times = collections.deque([time.perf_counter()], maxlen=TIMING_WINDOW + 1)
+        self.signature = None
+        self.compiles = _compile_count() - trainer.checkpoint_compiles
+        self.history: list[dict] = []
+
+    def done(self, step: int, values: dict, lr: float, batch: dict) -> None:
+        # Closures can run in bursts (async execution), so time a window of recent steps.
+        self.times.append(time.perf_counter())
+        step_time = (self.times[-1] - self.times[0]) / (len(self.times) - 1)
+        compiles = _compile_count() - self.trainer.checkpoint_compiles
+        signature = {k: (tuple(v.shape), str(v.dtype)) for k, v in batch.items()}
+        if step > self.start_step + WARMUP_STEPS and compiles > self.compiles:
+            self.logger.note(
+                f"warning: step {step} recompiled the graph "
+                f"({compiles - self.compiles} new compile(s)); "
+                f"{_what_changed(self.signature, signature)}"
+            )
+        if step <= self.start_step + WARMUP_STEPS:  # keep compile time out of the window
+            self.times = collections.deque([self.times[-1]], maxlen=TIMING_WINDOW + 1)
+        self.compiles, self.signature = compiles, signature
+        trainer = self.trainer
+        metrics = {
+            "step": step,
+            **{k: float(v) for k, v in values.items()},
+            "lr": lr,
+            "step_time_s": step_time,
+        }
+        rate = trainer.items_per_step() / step_time
+        metrics[f"{trainer.throughput_unit}_per_s"] = rate
+        metrics[f"{trainer.throughput_unit}_per_s_per_chip"] = (
+            rate / trainer.topology.chips if trainer.topology.is_tpu else rate / trainer.devices
+        )
+        metrics["mfu"] = trainer.flops_per_step() / (step_time * self.peak)
+        metrics["compiles"] = compiles
+        self.history.append(metrics)
+        self.logger.step_done(metrics)
+        cfg = trainer.config
+        if step % cfg.log_every == 0 or step == cfg.steps or step == self.start_step + 1:
+            self.logger.record(metrics)
+
+    def summary(self) -> dict:
+        if not self.history:
+            return {}
+        steady = self.history[WARMUP_STEPS:] or self.history
+        median = sorted(m["step_time_s"] for m in steady)[len(steady) // 2]
+        unit = f"{self.trainer.throughput_unit}_per_s"
+        return {
+            "first_step": self.history[0]["step"],
+            "last_step": self.history[-1]["step"],
+            "first_loss": self.history[0]["loss"],
+            "last_loss": self.history[-1]["loss"],
+            "median_step_time_s": median,
+            unit: self.trainer.items_per_step() / median,
+            "mfu": self.trainer.flops_per_step() / (median * self.peak),
+            "compiles": self.history[-1]["compiles"],
+        }
+
+
+def _compile_count() -> int:
+    import torch_xla.debug.metrics as met
+
+    data = met.metric_data("CompileTime")
+    return int(data[0]) if data else 0
+
+
+def _what_changed(before, after) -> str:
+    if before is not None and before != after:
+        changed = {k: (before.get(k), v) for k, v in after.items() if before.get(k) != v}
+        return f"input shapes/dtypes changed: {changed}"
+    return (
+        "inputs unchanged, so the step graph itself changed (a Python value in the step?); "
+        "rerun with PT_XLA_DEBUG_LEVEL=2 to see the cause"
+    )

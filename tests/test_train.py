@@ -1,0 +1,139 @@
+"""`zoo train` end to end on XLA:CPU: outputs, resume after SIGKILL, SIGTERM, bad input."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+# A smaller llama-tiny so each run takes seconds.
+SMALL = ["model.num_hidden_layers=2", "seq_len=64", "log_every=1", "optim.lr=1e-3"]
+
+
+def zoo_command(*args):
+    return [sys.executable, "-c", "from zoo.cli import main; main()", *args]
+
+
+def env():
+    return {**os.environ, "PYTHONPATH": str(HERE), "TF_CPP_MIN_LOG_LEVEL": "2"}
+
+
+def zoo(*args, timeout=600):
+    return subprocess.run(zoo_command(*args), env=env(), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def losses(run: Path) -> dict[int, float]:
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["loss"] for r in records}
+
+
+def checkpoints(run: Path) -> list[str]:
+    return sorted(p.name for p in (run / "checkpoints").glob("step-*"))
+
+
+@pytest.fixture(scope="module")
+def reference_run(tmp_path_factory):
+    """An uninterrupted 12-step run on 4 devices (checkpoint every 4 steps)."""
+    out = tmp_path_factory.mktemp("ref") / "run"
+    result = zoo("train", "llama-tiny", "--tpu", "cpu-4", "--steps", "12", "--out", str(out),
+                 "checkpoint_every=4", *SMALL)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return out, result
+
+
+def test_run_writes_metrics_config_and_checkpoints(reference_run):
+    out, result = reference_run
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == list(range(1, 13))
+    for key in ("step", "loss", "lr", "grad_norm", "step_time_s", "tokens_per_s", "mfu",
+                "compiles"):
+        assert all(key in r for r in records), key
+    assert records[-1]["loss"] < records[0]["loss"] - 0.5
+    assert records[-1]["compiles"] <= 2  # the step compiled once (+ once with optimizer state)
+    assert (out / "config.yaml").is_file()
+    assert checkpoints(out) == ["step-00000004", "step-00000008", "step-00000012"]
+    assert "done: steps 1-12" in result.stdout and "sample: " in result.stdout
+
+
+def test_sigkill_then_rerun_resumes_with_identical_losses(reference_run, tmp_path):
+    out = tmp_path / "run"
+    args = zoo_command("train", "llama-tiny", "--tpu", "cpu-4", "--steps", "12", "--out",
+                       str(out), "checkpoint_every=4", *SMALL)
+    proc = subprocess.Popen(args, env=env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while not (out / "checkpoints" / "step-00000004").exists():
+        assert proc.poll() is None and time.time() < deadline, "run ended before step 4"
+        time.sleep(0.2)
+    proc.kill()
+    proc.wait()
+    assert "step-00000012" not in checkpoints(out)
+    resumed = zoo("train", "llama-tiny", "--tpu", "cpu-4", "--steps", "12", "--out", str(out),
+                  "checkpoint_every=4", *SMALL)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resuming from step" in resumed.stdout
+    reference = losses(reference_run[0])
+    assert losses(out) == reference  # bit-identical: same graphs, same restored state
+
+
+def test_sigterm_saves_and_exits_cleanly(tmp_path):
+    out = tmp_path / "run"
+    args = zoo_command("train", "llama-tiny", "--tpu", "cpu-1", "--steps", "500", "--out",
+                       str(out), "checkpoint_every=1000", *SMALL)
+    proc = subprocess.Popen(args, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    deadline = time.time() + 300
+    while not (out / "metrics.jsonl").exists() or len(losses(out)) < 3:
+        assert proc.poll() is None and time.time() < deadline
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    log, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, log[-2000:]
+    assert "SIGTERM: saved step" in log
+    saved = checkpoints(out)
+    assert len(saved) == 1 and int(saved[0].split("-")[1]) >= 3
+
+
+def test_custom_optimizer_metrics_reach_jsonl_and_offline_wandb(tmp_path, monkeypatch):
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    out = tmp_path / "run"
+    result = zoo("train", "llama-tiny", "--tpu", "cpu-1", "--steps", "3", "--out", str(out),
+                 "optim.name=custom_optim:SGDWithUpdateNorm", "data.source=synthetic",
+                 "wandb.project=zoo-test", *SMALL)
+    assert result.returncode == 0, result.stderr[-3000:]
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert all(r["update_norm"] > 0 for r in records)
+    assert list((out / "wandb").glob("offline-run-*")), "no key: wandb must log offline"
+
+
+def test_models_lists_every_size_with_parameter_count():
+    result = zoo("models")
+    assert result.returncode == 0
+    lines = dict(line.split(None, 1) for line in result.stdout.strip().splitlines())
+    assert set(lines) == {"llama-tiny", "llama-1b", "llama-3b", "llama-8b", "llama-70b"}
+    assert lines["llama-1b"].startswith("1,235.8 M")  # Llama 3.2 1B: 1.24B parameters
+
+
+def test_generate_from_a_run(reference_run):
+    result = zoo("generate", str(reference_run[0]), "--prompt", "The", "--max-new-tokens", "5")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.startswith("The")
+
+
+@pytest.mark.parametrize("args,message", [
+    (["llama-1b", "--tpu", "v4-32"], "needs that TPU slice, but this machine has no TPU"),
+    (["nosuchmodel"], "unknown model 'nosuchmodel'; valid: llama-tiny, llama-1b"),
+    (["llama-tiny", "optim.lrr=3"], "unknown config key 'optim.lrr'; valid keys under 'optim'"),
+    (["llama-tiny", "sharding=zigzag"], "llama has no sharding preset 'zigzag'; presets: fsdp"),
+])
+def test_bad_input_is_one_line_and_nonzero(args, message):
+    result = zoo("train", *args, timeout=60)
+    assert result.returncode != 0
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1

@@ -1,0 +1,80 @@
+"""Shared pieces of the multi-device tests.
+
+The PJRT device count is fixed per process, so each device count runs a worker script in its
+own process (in parallel) and the tests compare the saved results.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+
+def run_workers(script: Path, device_counts, out_dir: Path, timeout: int = 900) -> dict:
+    """Run `python script OUT.pt` once per device count; returns {count: loaded results}."""
+    procs = {}
+    for n in device_counts:
+        env = {
+            **os.environ,
+            "PJRT_DEVICE": "CPU",
+            "CPU_NUM_DEVICES": str(n),
+            "TF_CPP_MIN_LOG_LEVEL": "2",
+        }
+        procs[n] = subprocess.Popen(
+            [sys.executable, str(script), str(out_dir / f"{n}.pt")],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+    results = {}
+    for n, proc in procs.items():
+        log, _ = proc.communicate(timeout=timeout)
+        assert proc.returncode == 0, f"{script.name} on {n} devices failed:\n{log[-3000:]}"
+        results[n] = torch.load(out_dir / f"{n}.pt", weights_only=False)
+    return results
+
+
+def sharded_loss_and_grads(model, loss_fn, inputs: dict, rules, remat, mesh_config) -> dict:
+    """Forward+backward of `model` on the XLA device under a sharding and remat preset.
+
+    Returns loss, gradients (host copies), each parameter's sharding spec, the planned and the
+    actual per-device shard shapes, and whether the graph holds a scan / a remat barrier.
+    """
+    import torch_xla
+    from torch_xla.distributed.spmd.xla_sharding import wrap_as_sharded_tensor
+
+    from core.inputs import shard_batch
+    from core.mesh import build_mesh
+    from core.remat import apply_remat
+    from core.sharding import shard_model
+
+    mesh = build_mesh(mesh_config)
+    apply_remat(model, remat)
+    model = model.to(torch_xla.device())
+    plan = shard_model(model, rules, mesh)
+    loss = loss_fn(model, shard_batch(inputs, mesh))
+    loss.backward()
+    params = dict(model.named_parameters())
+    hlo = torch_xla._XLAC._get_xla_tensors_hlo([p.grad for p in params.values()])
+    torch_xla.sync()
+    return {
+        "loss": loss.detach().cpu(),
+        "grads": {n: p.grad.cpu() for n, p in params.items()},
+        "specs": {n: torch_xla._XLAC._get_xla_sharding_spec(p) for n, p in params.items()},
+        "hlo_has_scan": "while" in hlo,  # scan lowers to an XLA while loop
+        "hlo_has_remat": "opt-barrier" in hlo,  # torch_xla checkpoint fences its recompute
+        "planned_shards": {e.name: e.shard_shape for e in plan},
+        "actual_shards": {
+            n: {tuple(s.data.shape) for s in wrap_as_sharded_tensor(p).local_shards}
+            for n, p in params.items()
+        },
+    }
+
+
+def assert_same_loss_and_grads(result: dict, reference: dict, tol: dict) -> None:
+    torch.testing.assert_close(result["loss"], reference["loss"], **tol)
+    for name, grad in reference["grads"].items():
+        torch.testing.assert_close(result["grads"][name], grad, **tol, msg=name)

@@ -1,0 +1,160 @@
+"""Llama 3 style decoder configuration, convertible to and from Hugging Face `LlamaConfig`."""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass
+class RopeScaling:
+    """Llama 3.1 frequency-dependent RoPE scaling (HF rope_type "llama3")."""
+
+    factor: float = 8.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_position_embeddings: int = 8192
+
+
+@dataclasses.dataclass
+class LlamaConfig:
+    vocab_size: int = 4096
+    hidden_size: int = 256
+    intermediate_size: int = 768
+    num_hidden_layers: int = 4
+    num_attention_heads: int = 8
+    num_key_value_heads: int = 4
+    head_dim: int | None = None  # default hidden_size // num_attention_heads
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 500000.0
+    rope_scaling: RopeScaling | None = None
+    max_position_embeddings: int = 8192
+    tie_word_embeddings: bool = False
+    initializer_range: float = 0.02
+    # "auto": Pallas flash attention on TPU, plain softmax attention elsewhere.
+    attention: str = "auto"
+    bos_token_id: int | None = None
+    eos_token_id: int | None = None
+    pad_token_id: int | None = None
+
+    def __post_init__(self):
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(
+                f"model.num_attention_heads ({self.num_attention_heads}) must be a multiple of "
+                f"model.num_key_value_heads ({self.num_key_value_heads})"
+            )
+        if self.attention not in ("auto", "plain", "flash"):
+            raise ValueError(f"model.attention must be auto, plain or flash, not {self.attention}")
+
+    @property
+    def dim_per_head(self) -> int:
+        return self.head_dim or self.hidden_size // self.num_attention_heads
+
+    def to_hf(self):
+        """The equivalent `transformers.LlamaConfig` (for export and parity tests)."""
+        from transformers import LlamaConfig as HFLlamaConfig
+
+        rope = {"rope_type": "default", "rope_theta": self.rope_theta}
+        if self.rope_scaling:
+            rope = {**rope, "rope_type": "llama3", **dataclasses.asdict(self.rope_scaling)}
+        return HFLlamaConfig(
+            vocab_size=self.vocab_size,
+            hidden_size=self.hidden_size,
+            intermediate_size=self.intermediate_size,
+            num_hidden_layers=self.num_hidden_layers,
+            num_attention_heads=self.num_attention_heads,
+            num_key_value_heads=self.num_key_value_heads,
+            head_dim=self.dim_per_head,
+            rms_norm_eps=self.rms_norm_eps,
+            rope_parameters=rope,
+            max_position_embeddings=self.max_position_embeddings,
+            tie_word_embeddings=self.tie_word_embeddings,
+            initializer_range=self.initializer_range,
+            bos_token_id=self.bos_token_id,
+            eos_token_id=self.eos_token_id,
+            pad_token_id=self.pad_token_id,
+            attention_bias=False,
+            mlp_bias=False,
+        )
+
+    @classmethod
+    def from_hf(cls, hf) -> LlamaConfig:
+        """From a `transformers.LlamaConfig` (old `rope_scaling` or new `rope_parameters`)."""
+        rope = dict(getattr(hf, "rope_parameters", None) or getattr(hf, "rope_scaling", None) or {})
+        theta = rope.get("rope_theta", getattr(hf, "rope_theta", 10000.0))
+        scaling = None
+        if rope.get("rope_type", rope.get("type")) == "llama3":
+            fields = {f.name for f in dataclasses.fields(RopeScaling)}
+            scaling = RopeScaling(**{k: v for k, v in rope.items() if k in fields})
+        elif rope.get("rope_type", "default") not in ("default", None):
+            raise ValueError(f"unsupported rope type {rope.get('rope_type')!r}: default or llama3")
+        eos = hf.eos_token_id[0] if isinstance(hf.eos_token_id, list) else hf.eos_token_id
+        return cls(
+            vocab_size=hf.vocab_size,
+            hidden_size=hf.hidden_size,
+            intermediate_size=hf.intermediate_size,
+            num_hidden_layers=hf.num_hidden_layers,
+            num_attention_heads=hf.num_attention_heads,
+            num_key_value_heads=hf.num_key_value_heads or hf.num_attention_heads,
+            head_dim=getattr(hf, "head_dim", None),
+            rms_norm_eps=hf.rms_norm_eps,
+            rope_theta=float(theta),
+            rope_scaling=scaling,
+            max_position_embeddings=hf.max_position_embeddings,
+            tie_word_embeddings=bool(hf.tie_word_embeddings),
+            bos_token_id=hf.bos_token_id,
+            eos_token_id=eos,
+            pad_token_id=hf.pad_token_id,
+        )
+
+
+LLAMA3_ROPE = {"rope_theta": 500000.0, "max_position_embeddings": 131072}
+SIZES: dict[str, LlamaConfig] = {
+    "tiny": LlamaConfig(),
+    # Llama 3.2 1B / 3B (tied embeddings, rope factor 32), Llama 3.1 8B / 70B (factor 8).
+    "1b": LlamaConfig(
+        vocab_size=128256,
+        hidden_size=2048,
+        intermediate_size=8192,
+        num_hidden_layers=16,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=64,
+        tie_word_embeddings=True,
+        rope_scaling=RopeScaling(factor=32.0),
+        **LLAMA3_ROPE,
+    ),
+    "3b": LlamaConfig(
+        vocab_size=128256,
+        hidden_size=3072,
+        intermediate_size=8192,
+        num_hidden_layers=28,
+        num_attention_heads=24,
+        num_key_value_heads=8,
+        head_dim=128,
+        tie_word_embeddings=True,
+        rope_scaling=RopeScaling(factor=32.0),
+        **LLAMA3_ROPE,
+    ),
+    "8b": LlamaConfig(
+        vocab_size=128256,
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=128,
+        rope_scaling=RopeScaling(factor=8.0),
+        **LLAMA3_ROPE,
+    ),
+    "70b": LlamaConfig(
+        vocab_size=128256,
+        hidden_size=8192,
+        intermediate_size=28672,
+        num_hidden_layers=80,
+        num_attention_heads=64,
+        num_key_value_heads=8,
+        head_dim=128,
+        rope_scaling=RopeScaling(factor=8.0),
+        **LLAMA3_ROPE,
+    ),
+}

@@ -1,0 +1,178 @@
+"""A readable Llama 3 style decoder with Hugging Face parameter names.
+
+RMSNorm, rotary embeddings (with Llama 3 scaling), SwiGLU, grouped-query attention, optional
+tied embeddings. Parameter names equal `transformers.LlamaForCausalLM`'s, so its safetensors
+load directly. No sharding calls and no host syncs: the whole forward is one XLA graph.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from core.remat import LayerStack
+from zoo.llama.config import LlamaConfig
+
+
+class LlamaRMSNorm(nn.Module):
+    def __init__(self, size: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+    def forward(self, x):
+        # Normalise in fp32 like the reference, then return to the activation dtype.
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(x.dtype)
+
+
+def rope_inverse_frequencies(config: LlamaConfig) -> torch.Tensor:
+    dim = config.dim_per_head
+    inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
+    scaling = config.rope_scaling
+    if scaling is None:
+        return inv_freq
+    # Llama 3.1: long wavelengths are slowed by `factor`, short ones kept, a smooth ramp between.
+    low_wavelen = scaling.original_max_position_embeddings / scaling.low_freq_factor
+    high_wavelen = scaling.original_max_position_embeddings / scaling.high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > low_wavelen, inv_freq / scaling.factor, inv_freq)
+    smooth = (scaling.original_max_position_embeddings / wavelen - scaling.low_freq_factor) / (
+        scaling.high_freq_factor - scaling.low_freq_factor
+    )
+    smoothed = (1 - smooth) * scaled / scaling.factor + smooth * scaled
+    medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
+    return torch.where(medium, smoothed, scaled)
+
+
+def rotate_half(x):
+    first, second = x.chunk(2, dim=-1)
+    return torch.cat((-second, first), dim=-1)
+
+
+def apply_rope(x, cos, sin):
+    return x * cos + rotate_half(x) * sin
+
+
+class LlamaAttention(nn.Module):
+    def __init__(self, config: LlamaConfig):
+        super().__init__()
+        self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
+        self.head_dim = config.dim_per_head
+        self.use_flash = config.attention == "flash"
+        hidden = config.hidden_size
+        self.q_proj = nn.Linear(hidden, self.heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(hidden, self.kv_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(hidden, self.kv_heads * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(self.heads * self.head_dim, hidden, bias=False)
+
+    def forward(self, x, cos, sin):
+        batch, seq, _ = x.shape
+        q = self.q_proj(x).view(batch, seq, self.heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(batch, seq, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(batch, seq, self.kv_heads, self.head_dim).transpose(1, 2)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        groups = self.heads // self.kv_heads
+        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+        out = flash_attention(q, k, v) if self.use_flash else causal_attention(q, k, v)
+        return self.o_proj(out.transpose(1, 2).reshape(batch, seq, -1))
+
+
+def causal_attention(q, k, v):
+    """Softmax attention with a causal mask; scores in fp32 for stability.
+
+    The mask is applied with `where` and a finite floor: `masked_fill` gave wrong gradients
+    under scan with min-cut rematerialisation (torch_xla 2.9).
+    """
+    seq = q.shape[-2]
+    scores = (q @ k.transpose(-1, -2)).float() / math.sqrt(q.shape[-1])
+    causal = torch.ones(seq, seq, dtype=torch.bool, device=q.device).tril()
+    scores = torch.where(causal, scores, torch.full_like(scores, -1e30))
+    return scores.softmax(-1).to(v.dtype) @ v
+
+
+def flash_attention(q, k, v):
+    """torch_xla's Pallas flash attention (TPU only), sharded like the activations:
+    batch over (data, fsdp), heads over tensor, when an SPMD mesh is set."""
+    import torch_xla.distributed.spmd as xs
+    from torch_xla.experimental.custom_kernel import flash_attention as pallas_flash
+
+    mesh = xs.get_global_mesh()
+    spec = (("data", "fsdp"), "tensor", None, None) if mesh is not None else None
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    return pallas_flash(q, k, v, causal=True, sm_scale=scale, partition_spec=spec, mesh=mesh)
+
+
+class LlamaMLP(nn.Module):
+    def __init__(self, config: LlamaConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class LlamaDecoderLayer(nn.Module):
+    def __init__(self, config: LlamaConfig):
+        super().__init__()
+        self.self_attn = LlamaAttention(config)
+        self.mlp = LlamaMLP(config)
+        self.input_layernorm = LlamaRMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.post_attention_layernorm = LlamaRMSNorm(config.hidden_size, config.rms_norm_eps)
+
+    def forward(self, x, cos, sin):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class LlamaModel(nn.Module):
+    def __init__(self, config: LlamaConfig):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = LayerStack(
+            [LlamaDecoderLayer(config) for _ in range(config.num_hidden_layers)]
+        )
+        self.norm = LlamaRMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.register_buffer("inv_freq", rope_inverse_frequencies(config), persistent=False)
+
+    def forward(self, input_ids):
+        hidden = self.embed_tokens(input_ids)
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device, dtype=torch.float)
+        freqs = positions[:, None] * self.inv_freq[None, :]
+        angles = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = angles.cos().to(hidden.dtype), angles.sin().to(hidden.dtype)
+        return self.norm(self.layers(hidden, cos, sin))
+
+
+class LlamaForCausalLM(nn.Module):
+    """Decoder + LM head; `forward(input_ids) -> logits`, `loss(logits, labels)` HF-style."""
+
+    def __init__(self, config: LlamaConfig):
+        super().__init__()
+        self.config = config
+        self.model = LlamaModel(config)
+        if not config.tie_word_embeddings:
+            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+
+    def forward(self, input_ids):
+        hidden = self.model(input_ids)
+        if self.config.tie_word_embeddings:
+            return hidden @ self.model.embed_tokens.weight.t()
+        return self.lm_head(hidden)
+
+    def init_weights(self, seed: int = 0) -> None:
+        """Normal(0, initializer_range) for matrices, ones for norms (HF's scheme), seeded."""
+        generator = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for name, param in self.named_parameters():
+                if name.endswith("norm.weight"):
+                    param.fill_(1.0)
+                else:
+                    values = torch.randn(param.shape, generator=generator)
+                    param.copy_(values * self.config.initializer_range)

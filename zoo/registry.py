@@ -1,0 +1,63 @@
+"""The model zoo: one line per family. A family module exposes `FAMILY` (a ModelFamily);
+models are named `<family>-<size>`, e.g. llama-1b."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Callable
+from pathlib import Path
+
+from core.errors import UserError
+
+FAMILIES = {
+    "llama": "zoo.llama.family",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelFamily:
+    name: str
+    config_cls: type  # dataclass of architecture hyper-parameters
+    sizes: dict  # size name -> config instance
+    build: Callable  # config -> nn.Module (weights initialised)
+    train_config_cls: type  # dataclass schema of everything else in a training run
+    trainer_cls: type  # core.trainer.Trainer subclass
+    presets_dir: Path  # holds sharding/*.yaml and remat/*.yaml
+    forward_flops_per_token: Callable  # (config, seq_len) -> forward matmul FLOPs per token
+    load_hf: Callable  # (model, hf_dir) -> None: load a Hugging Face checkpoint's weights
+    config_from_hf: Callable  # hf_dir -> config
+
+    def preset(self, kind: str, name: str) -> Path:
+        path = self.presets_dir / kind / f"{name}.yaml"
+        if not path.is_file():
+            names = sorted(p.stem for p in (self.presets_dir / kind).glob("*.yaml"))
+            raise UserError(
+                f"{self.name} has no {kind} preset '{name}'; presets: {', '.join(names)}"
+            )
+        return path
+
+
+def family(name: str) -> ModelFamily:
+    return importlib.import_module(FAMILIES[name]).FAMILY
+
+
+def model_names() -> list[str]:
+    return [f"{fam}-{size}" for fam in FAMILIES for size in family(fam).sizes]
+
+
+def resolve(model_name: str) -> tuple[ModelFamily, str]:
+    """'llama-1b' -> (llama family, '1b'); unknown names list the valid ones."""
+    fam_name, _, size = model_name.partition("-")
+    if fam_name in FAMILIES and size in family(fam_name).sizes:
+        return family(fam_name), size
+    raise UserError(f"unknown model '{model_name}'; valid: {', '.join(model_names())}")
+
+
+def parameter_count(fam: ModelFamily, size: str) -> int:
+    """Parameters of a size, counted on the meta device (nothing allocated)."""
+    import torch
+
+    with torch.device("meta"):
+        model = fam.build(fam.sizes[size], init=False)
+    return sum(p.numel() for p in model.parameters())

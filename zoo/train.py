@@ -1,0 +1,99 @@
+"""`zoo train`: resolve the model and config, check the runtime is the slice asked for,
+then build, shard and train. Everything that can be wrong with the input fails before any
+model or data is loaded."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+from pathlib import Path
+
+from core import config as config_lib
+from core import runtime, topology
+from core.errors import UserError
+from zoo.registry import ModelFamily, resolve
+
+
+def run_schema(family: ModelFamily, size: str):
+    """The run's config schema: the family's training config plus its architecture."""
+    default = family.sizes[size]
+    return dataclasses.make_dataclass(
+        f"{family.name.title()}RunConfig",
+        [
+            (
+                "model",
+                family.config_cls,
+                dataclasses.field(default_factory=lambda: copy.deepcopy(default)),
+            )
+        ],
+        bases=(family.train_config_cls,),
+    )
+
+
+def load_run_config(model_name: str, overrides: list[str], config_files=()):
+    family, size = resolve(model_name)
+    cfg = config_lib.load(
+        run_schema(family, size),
+        files=config_files,
+        overrides=[f"model_name={model_name}", *overrides],
+    )
+    return family, cfg
+
+
+def select_runtime(slice_type: str) -> topology.Topology:
+    """Point PJRT at the requested devices, or fail fast when this machine is not that slice."""
+    topo = topology.parse(slice_type)
+    if not topo.is_tpu:
+        os.environ["PJRT_DEVICE"] = "CPU"
+        os.environ["CPU_NUM_DEVICES"] = str(topo.devices)
+        return topo
+    if not runtime.on_tpu_vm():
+        raise UserError(
+            f"--tpu {topo.name} needs that TPU slice, but this machine has no TPU "
+            "(XLA runs on the CPU here); run with --tpu cpu-N here, or launch on "
+            "the slice"
+        )
+    found = runtime.tpu_type()
+    if found and found != topo.name:
+        raise UserError(
+            f"--tpu {topo.name} does not match this TPU VM, which is a {found}; use --tpu {found}"
+        )
+    return topo
+
+
+def train(model_name: str, overrides: list[str], config_files=()) -> tuple[object, dict]:
+    family, cfg = load_run_config(model_name, overrides, config_files)
+    select_runtime(cfg.tpu)
+    rules_path = family.preset("sharding", cfg.sharding)
+    remat_path = family.preset("remat", cfg.remat)
+    if cfg.init_from:
+        cfg.model = family.config_from_hf(cfg.init_from)
+    runtime.configure()
+    from core.data import load_tokenizer
+    from core.remat import RematConfig
+    from core.sharding import ShardingRules
+
+    rules = ShardingRules.from_yaml(rules_path)
+    remat = config_lib.load(RematConfig, files=[remat_path])
+    tokenizer = None if cfg.data.source == "synthetic" else load_tokenizer(cfg.data.tokenizer)
+    if tokenizer is not None:
+        cfg.model.bos_token_id = tokenizer.bos_token_id
+        cfg.model.eos_token_id = tokenizer.eos_token_id
+        cfg.model.pad_token_id = tokenizer.pad_token_id
+    import torch_xla.runtime as xr
+
+    xr.use_spmd()
+    model = family.build(cfg.model, seed=cfg.seed)
+    if cfg.init_from:
+        family.load_hf(model, cfg.init_from)
+    config_lib.write_resolved(cfg, Path(cfg.out))
+    trainer = family.trainer_cls(
+        cfg,
+        model,
+        rules,
+        remat,
+        tokenizer=tokenizer,
+        forward_flops_per_token=family.forward_flops_per_token(cfg.model, cfg.seq_len),
+    )
+    return cfg, trainer.fit()
