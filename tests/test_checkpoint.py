@@ -5,7 +5,6 @@ devices, atomic visibility, keep-N, and the torch_xla-free consolidated weights.
 save/restore scenarios it restores the other worker's checkpoint (phase 2).
 """
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +13,7 @@ import pytest
 import torch
 from checkpoint_worker import BATCH, RESTORE_STEP, STEPS
 from safetensors.torch import save_file
+from xla_harness import xla_cpu_env
 
 from core.checkpoint import Checkpointer, load_checkpoint
 from core.errors import UserError
@@ -29,17 +29,11 @@ def runs(tmp_path_factory):
     out = tmp_path_factory.mktemp("checkpoint")
     procs = {}
     for n in DEVICE_COUNTS:
-        env = {
-            **os.environ,
-            "PJRT_DEVICE": "CPU",
-            "CPU_NUM_DEVICES": str(n),
-            "TF_CPP_MIN_LOG_LEVEL": "2",
-        }
         log = open(out / f"log-{n}.txt", "w")  # closed after the worker exits
         procs[n] = (
             subprocess.Popen(
                 [sys.executable, str(HERE / "checkpoint_worker.py"), str(out)],
-                env=env,
+                env=xla_cpu_env(n),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=log,

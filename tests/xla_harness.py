@@ -12,23 +12,19 @@ from pathlib import Path
 import torch
 
 
+def xla_cpu_env(devices: int) -> dict:
+    """Environment for a child process with `devices` virtual XLA CPU devices."""
+    return {**os.environ, "PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": str(devices),
+            "TF_CPP_MIN_LOG_LEVEL": "2"}
+
+
 def run_workers(script: Path, device_counts, out_dir: Path, timeout: int = 900) -> dict:
     """Run `python script OUT.pt` once per device count; returns {count: loaded results}."""
     procs = {}
     for n in device_counts:
-        env = {
-            **os.environ,
-            "PJRT_DEVICE": "CPU",
-            "CPU_NUM_DEVICES": str(n),
-            "TF_CPP_MIN_LOG_LEVEL": "2",
-        }
-        procs[n] = subprocess.Popen(
-            [sys.executable, str(script), str(out_dir / f"{n}.pt")],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
+        procs[n] = subprocess.Popen([sys.executable, str(script), str(out_dir / f"{n}.pt")],
+                                    env=xla_cpu_env(n), stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True)
     results = {}
     for n, proc in procs.items():
         log, _ = proc.communicate(timeout=timeout)

@@ -107,54 +107,20 @@ class LlamaConfig:
         )
 
 
-LLAMA3_ROPE = {"rope_theta": 500000.0, "max_position_embeddings": 131072}
+def _llama3(hidden, intermediate, layers, heads, head_dim, tied, rope_factor) -> LlamaConfig:
+    """A released Llama 3.x shape: 128k vocab, 8 KV heads, theta 500k, llama3 rope scaling."""
+    return LlamaConfig(
+        vocab_size=128256, hidden_size=hidden, intermediate_size=intermediate,
+        num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=8,
+        head_dim=head_dim, tie_word_embeddings=tied, rope_theta=500000.0,
+        rope_scaling=RopeScaling(factor=rope_factor), max_position_embeddings=131072,
+    )
+
+
 SIZES: dict[str, LlamaConfig] = {
     "tiny": LlamaConfig(),
-    # Llama 3.2 1B / 3B (tied embeddings, rope factor 32), Llama 3.1 8B / 70B (factor 8).
-    "1b": LlamaConfig(
-        vocab_size=128256,
-        hidden_size=2048,
-        intermediate_size=8192,
-        num_hidden_layers=16,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-        head_dim=64,
-        tie_word_embeddings=True,
-        rope_scaling=RopeScaling(factor=32.0),
-        **LLAMA3_ROPE,
-    ),
-    "3b": LlamaConfig(
-        vocab_size=128256,
-        hidden_size=3072,
-        intermediate_size=8192,
-        num_hidden_layers=28,
-        num_attention_heads=24,
-        num_key_value_heads=8,
-        head_dim=128,
-        tie_word_embeddings=True,
-        rope_scaling=RopeScaling(factor=32.0),
-        **LLAMA3_ROPE,
-    ),
-    "8b": LlamaConfig(
-        vocab_size=128256,
-        hidden_size=4096,
-        intermediate_size=14336,
-        num_hidden_layers=32,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-        head_dim=128,
-        rope_scaling=RopeScaling(factor=8.0),
-        **LLAMA3_ROPE,
-    ),
-    "70b": LlamaConfig(
-        vocab_size=128256,
-        hidden_size=8192,
-        intermediate_size=28672,
-        num_hidden_layers=80,
-        num_attention_heads=64,
-        num_key_value_heads=8,
-        head_dim=128,
-        rope_scaling=RopeScaling(factor=8.0),
-        **LLAMA3_ROPE,
-    ),
+    "1b": _llama3(2048, 8192, 16, 32, 64, tied=True, rope_factor=32.0),  # Llama 3.2 1B
+    "3b": _llama3(3072, 8192, 28, 24, 128, tied=True, rope_factor=32.0),  # Llama 3.2 3B
+    "8b": _llama3(4096, 14336, 32, 32, 128, tied=False, rope_factor=8.0),  # Llama 3.1 8B
+    "70b": _llama3(8192, 28672, 80, 64, 128, tied=False, rope_factor=8.0),  # Llama 3.1 70B
 }
