@@ -412,8 +412,9 @@ def _quiet_single_process():
     a process group (our single-process case), its planner signature, storage deprecations."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        warnings.filterwarnings("ignore", category=UserWarning,
-                                module=r"torch(_xla)?\.(distributed|storage)")
+        warnings.filterwarnings(
+            "ignore", category=UserWarning, module=r"torch(_xla)?\.(distributed|storage)"
+        )
         warnings.filterwarnings("ignore", message=".*TypedStorage is deprecated")
         yield
 

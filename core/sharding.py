@@ -241,8 +241,9 @@ def _output_sharder(name: str, rule: Rule, mesh, mesh_axes):
 
 def format_plan(plan: list[ParamPlan]) -> str:
     """A readable table: name, global shape, spec, per-device shard shape and bytes."""
-    header = ("parameter", "shape", "spec", "per-device shard", "bytes/device")
-    rows = [header] + [
+    from core.table import format_table
+
+    rows = [
         (
             p.name,
             "x".join(map(str, p.shape)) or "scalar",
@@ -252,11 +253,11 @@ def format_plan(plan: list[ParamPlan]) -> str:
         )
         for p in plan
     ]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    header = ("parameter", "shape", "spec", "per-device shard", "bytes/device")
     total = sum(p.shard_bytes for p in plan)
-    lines.append(f"total per device: {total:,} bytes in {len(plan)} parameters")
-    return "\n".join(lines)
+    return format_table(header, rows) + (
+        f"\ntotal per device: {total:,} bytes in {len(plan)} parameters"
+    )
 
 
 def _fmt_spec(spec: Spec) -> str:

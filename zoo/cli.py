@@ -147,5 +147,82 @@ def generate_command(run_or_checkpoint, prompt, max_new_tokens, temperature, top
     click.echo(generate(model, tokenizer, prompt, max_new_tokens, temperature, top_k, seed))
 
 
+@cli.command()
+@click.option("--mfu", is_flag=True, help="Measure the peak (CPU calibration) and report MFU.")
+@click.option("--suite", default="default", show_default=True, help="Suite name or YAML path.")
+@click.option("--models", help="Only entries of these models (comma-separated).")
+@click.option("--tpu", help="Run every entry on this slice type instead of its own.")
+@click.option("--steps", default=10, show_default=True, help="Timed steps per entry.")
+@click.option("--out", default="runs/bench", show_default=True, help="Results folder.")
+@click.option(
+    "--compare",
+    type=click.Choice(["hf"]),
+    help="Also run the same config through "
+    "transformers' implementation and report the step-time ratio.",
+)
+@click.option(
+    "--baseline",
+    type=click.Path(exists=True, dir_okay=False),
+    help="results.json to compare against; exits non-zero on regressions.",
+)
+@click.option(
+    "--tolerance",
+    default=0.25,
+    show_default=True,
+    help="Allowed MFU drop vs the baseline (fraction).",
+)
+@click.option("--profile", "profile_dir", help="Capture an XLA profile of the timed steps here.")
+def bench(mfu, suite, models, tpu, steps, out, compare, baseline, tolerance, profile_dir):
+    """Step time, throughput and MFU for a benchmark suite (synthetic data)."""
+    import dataclasses
+    from pathlib import Path
+
+    from benchmarks import report, runner
+    from benchmarks.suite import load_suite
+
+    entries = load_suite(suite)
+    if models:
+        wanted = set(models.split(","))
+        entries = [e for e in entries if e.model in wanted]
+        if not entries:
+            raise click.ClickException(f"no entries of {sorted(wanted)} in suite {suite}")
+    if tpu:
+        entries = [dataclasses.replace(e, tpu=tpu) for e in entries]
+    if baseline:
+        mfu = True  # the gate compares MFU
+    results = runner.run_suite(entries, steps, compare, mfu, profile_dir)
+    ratios = runner.compare_ratios(results["records"])
+    click.echo(report.table(results["records"]))
+    click.echo(report.footnote(results))
+    for name, peer, ratio in ratios:
+        click.echo(f"{name}: step time zoo / {peer} = {ratio:.2f}")
+    report.write(results, ratios, Path(out))
+    click.echo(f"wrote {out}/results.json, results.md, results.png")
+    if baseline:
+        failed = runner.regressions(
+            results["records"], json.loads(Path(baseline).read_text()), tolerance
+        )
+        if failed:
+            raise click.ClickException(
+                f"slower than the baseline by more than {tolerance:.0%}: " + "; ".join(failed)
+            )
+        click.echo(f"no entry fell more than {tolerance:.0%} below the baseline MFU")
+
+
+@cli.command(context_settings={"ignore_unknown_options": True})
+@click.argument("model")
+@click.argument("overrides", nargs=-1)
+@click.option("--tpu", required=True, help="Slice type, e.g. v4-8, v5p-128.")
+@click.option("--target-mfu", default=0.5, show_default=True)
+def plan(model, overrides, tpu, target_mfu):
+    """Will MODEL fit on a slice? Per-chip memory and the step time a target MFU implies.
+
+    OVERRIDES are `zoo train` keys: global_batch_size=, seq_len=, sharding=, remat=, mesh.*
+    """
+    from zoo.plan import describe, make_plan
+
+    click.echo(describe(make_plan(model, tpu, list(overrides), target_mfu)))
+
+
 def main():
     cli(prog_name="zoo")

@@ -27,6 +27,8 @@ class ModelFamily:
     forward_flops_per_token: Callable  # (config, seq_len) -> forward matmul FLOPs per token
     load_hf: Callable  # (model, hf_dir) -> None: load a Hugging Face checkpoint's weights
     config_from_hf: Callable  # hf_dir -> config
+    # (config, seq_len, batch_per_device, tensor, remat, bytes_per_value, on_tpu) -> {term: bytes}
+    activation_bytes: Callable
 
     def preset(self, kind: str, name: str) -> Path:
         path = self.presets_dir / kind / f"{name}.yaml"

@@ -62,7 +62,10 @@ def select_runtime(slice_type: str) -> topology.Topology:
     return topo
 
 
-def train(model_name: str, overrides: list[str], config_files=()) -> tuple[object, dict]:
+def build_trainer(model_name: str, overrides: list[str], config_files=(), build_model=None):
+    """(resolved config, ready trainer): runtime selected, model built, sharded and remat'ed.
+
+    `build_model(config, seed)` replaces the family's model (the bench's HF peer)."""
     family, cfg = load_run_config(model_name, overrides, config_files)
     select_runtime(cfg.tpu)
     rules_path = family.preset("sharding", cfg.sharding)
@@ -84,10 +87,9 @@ def train(model_name: str, overrides: list[str], config_files=()) -> tuple[objec
     import torch_xla.runtime as xr
 
     xr.use_spmd()
-    model = family.build(cfg.model, seed=cfg.seed)
+    model = (build_model or family.build)(cfg.model, seed=cfg.seed)
     if cfg.init_from:
         family.load_hf(model, cfg.init_from)
-    config_lib.write_resolved(cfg, Path(cfg.out))
     trainer = family.trainer_cls(
         cfg,
         model,
@@ -96,4 +98,10 @@ def train(model_name: str, overrides: list[str], config_files=()) -> tuple[objec
         tokenizer=tokenizer,
         forward_flops_per_token=family.forward_flops_per_token(cfg.model, cfg.seq_len),
     )
+    return cfg, trainer
+
+
+def train(model_name: str, overrides: list[str], config_files=()) -> tuple[object, dict]:
+    cfg, trainer = build_trainer(model_name, overrides, config_files)
+    config_lib.write_resolved(cfg, Path(cfg.out))
     return cfg, trainer.fit()

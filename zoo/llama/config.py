@@ -110,10 +110,17 @@ class LlamaConfig:
 def _llama3(hidden, intermediate, layers, heads, head_dim, tied, rope_factor) -> LlamaConfig:
     """A released Llama 3.x shape: 128k vocab, 8 KV heads, theta 500k, llama3 rope scaling."""
     return LlamaConfig(
-        vocab_size=128256, hidden_size=hidden, intermediate_size=intermediate,
-        num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=8,
-        head_dim=head_dim, tie_word_embeddings=tied, rope_theta=500000.0,
-        rope_scaling=RopeScaling(factor=rope_factor), max_position_embeddings=131072,
+        vocab_size=128256,
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=8,
+        head_dim=head_dim,
+        tie_word_embeddings=tied,
+        rope_theta=500000.0,
+        rope_scaling=RopeScaling(factor=rope_factor),
+        max_position_embeddings=131072,
     )
 
 

@@ -4,6 +4,7 @@ from pathlib import Path
 
 from core.flops import decoder_lm_forward_flops_per_token
 from core.lm import LMTrainConfig, LMTrainer
+from core.memory import decoder_stack_activation_bytes
 from zoo.llama.config import SIZES, LlamaConfig
 from zoo.llama.hf import config_from_hf, load_hf
 from zoo.llama.model import LlamaForCausalLM
@@ -31,6 +32,30 @@ def forward_flops_per_token(config: LlamaConfig, seq_len: int, causal: bool = Tr
     )
 
 
+def activation_bytes(
+    config: LlamaConfig,
+    seq_len: int,
+    batch_per_device: int,
+    tensor: int,
+    remat: bool,
+    bytes_per_value: int,
+    on_tpu: bool,
+) -> dict[str, float]:
+    flash = config.attention == "flash" or (config.attention == "auto" and on_tpu)
+    return decoder_stack_activation_bytes(
+        layers=config.num_hidden_layers,
+        seq=seq_len,
+        batch=batch_per_device,
+        hidden=config.hidden_size,
+        heads=config.num_attention_heads,
+        vocab=config.vocab_size,
+        tensor=tensor,
+        remat=remat,
+        bytes_per_value=bytes_per_value,
+        flash=flash,
+    )
+
+
 FAMILY = ModelFamily(
     name="llama",
     config_cls=LlamaConfig,
@@ -42,4 +67,5 @@ FAMILY = ModelFamily(
     forward_flops_per_token=forward_flops_per_token,
     load_hf=load_hf,
     config_from_hf=config_from_hf,
+    activation_bytes=activation_bytes,
 )

@@ -1,0 +1,1 @@
+"""The harness behind `zoo bench`: suites (YAML), a worker per entry, reports, baselines."""

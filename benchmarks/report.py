@@ -1,0 +1,86 @@
+"""Benchmark results as a console table, results.json, results.md and a PNG plot."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from core.table import format_table
+
+COLUMNS = (
+    ("entry", lambda r: r["name"]),
+    ("impl", lambda r: r["impl"]),
+    ("devices", lambda r: r["devices"]),
+    ("compile s", lambda r: f"{r['compile_s']:.1f}"),
+    (
+        "step s (med/min/max)",
+        lambda r: (
+            f"{r['step_time_median_s']:.3f}/{r['step_time_min_s']:.3f}/{r['step_time_max_s']:.3f}"
+        ),
+    ),
+    ("tok/s", lambda r: f"{r['tokens_per_s']:,.0f}"),
+    ("tok/s/chip", lambda r: f"{r['tokens_per_s_per_chip']:,.0f}"),
+    ("TFLOP/s/chip", lambda r: f"{r['model_tflops_per_s_per_chip']:.4f}"),
+    ("MFU", lambda r: f"{r['mfu']:.1%}" if r["mfu"] is not None else "-"),
+    ("compiles", lambda r: r["compiles_timed"]),
+    (
+        "peak mem",
+        lambda r: f"{r['peak_memory_bytes'] / 2**30:.2f} GiB" if r["peak_memory_bytes"] else "n/a",
+    ),
+)
+
+
+def table(records: list[dict]) -> str:
+    return format_table(
+        tuple(c for c, _ in COLUMNS), [tuple(f(r) for _, f in COLUMNS) for r in records]
+    )
+
+
+def footnote(results: dict) -> str:
+    env = results["environment"]
+    peaks = {r["peak_source"] for r in results["records"] if r["peak_source"]}
+    return (
+        f"torch {env['torch']}, torch_xla {env['torch_xla']}, {env['machine']} with "
+        f"{env['host_cpus']} CPUs, commit {env['git_commit']}. MFU = model FLOPs (3 x "
+        f"forward matmul FLOPs, causal attention) / (step time x peak); peak: "
+        f"{'; '.join(sorted(peaks)) or 'not measured (run with --mfu)'}. Compiles: during "
+        "the timed steps (0 = the step compiled once and was replayed)."
+    )
+
+
+def markdown(results: dict, ratios) -> str:
+    header = "| " + " | ".join(c for c, _ in COLUMNS) + " |"
+    lines = ["# Benchmark results", "", header, "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(str(f(r)) for _, f in COLUMNS) + " |" for r in results["records"]]
+    lines += ["", footnote(results)]
+    if ratios:
+        lines += ["", "Step time ratio zoo / peer (below 1.0: the zoo is faster):", ""]
+        lines += [f"- {name}: zoo / {peer} = {ratio:.2f}" for name, peer, ratio in ratios]
+    return "\n".join(lines) + "\n"
+
+
+def plot(records: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [f"{r['name']}\n({r['impl']})" for r in records]
+    fig, (ax_tok, ax_mfu) = plt.subplots(1, 2, figsize=(max(8, 1.6 * len(records)), 4.5))
+    ax_tok.bar(labels, [r["tokens_per_s"] for r in records], color="tab:blue")
+    ax_tok.set_title("tokens/s (all devices)")
+    mfu = [100 * r["mfu"] if r["mfu"] is not None else 0 for r in records]
+    ax_mfu.bar(labels, mfu, color="tab:green")
+    ax_mfu.set_title("MFU % (vs peak measured in the same run)")
+    for ax in (ax_tok, ax_mfu):
+        ax.tick_params(axis="x", labelrotation=60, labelsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write(results: dict, ratios, out_dir: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "results.json").write_text(json.dumps({**results, "ratios": ratios}, indent=1))
+    (out_dir / "results.md").write_text(markdown(results, ratios))
+    plot(results["records"], out_dir / "results.png")

@@ -1,0 +1,180 @@
+"""`zoo bench`: run a suite entry by entry (one process each), compute throughput and MFU
+against a peak measured in the same run, write results.json / results.md / a plot, and gate
+on a committed baseline."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import platform
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+from tqdm import tqdm
+
+from benchmarks.suite import Entry
+from core import topology
+from core.errors import UserError
+from core.flops import calibrate_cpu_peak
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def calibrate(entries: list[Entry]) -> dict:
+    """Peak FLOP/s per entry topology: the catalog on TPU, a matmul measured here on CPU."""
+    if all(topology.parse(e.tpu).is_tpu for e in entries):
+        return {}
+    return {dtype: calibrate_cpu_peak(dtype, seconds=1.0) for dtype in ("float32", "bfloat16")}
+
+
+def run_entry(entry: Entry, steps: int, peer: str | None, profile_dir: str | None) -> dict:
+    job = {"entry": dataclasses.asdict(entry), "steps": steps, "peer": peer, "profile": profile_dir}
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.worker", json.dumps(job)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    if proc.returncode != 0:
+        lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
+        raise UserError(
+            f"benchmark entry {entry.name} ({peer or 'zoo'}) failed: "
+            f"{lines[-1] if lines else 'no output'}"
+        )
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def summarize(entry: Entry, impl: str, raw: dict, calibration: dict) -> dict:
+    """One results record: the measurements plus derived throughput, TFLOP/s and MFU."""
+    topo = topology.parse(entry.tpu)
+    times = raw["step_times_s"]
+    median = statistics.median(times)
+    per_chip_divisor = topo.chips if topo.is_tpu else raw["devices"]
+    if topo.is_tpu:
+        peak = topo.peak_bf16_flops_per_chip * topo.chips
+        per_chip = topo.peak_bf16_flops_per_chip / 1e12
+        peak_source = f"{topo.name}: {topo.chips} x {per_chip:g} TFLOP/s bf16"
+    elif calibration:
+        dtype = "bfloat16" if raw["bf16"] else "float32"
+        peak = calibration[dtype]
+        peak_source = f"host {dtype} matmul, measured {peak / 1e9:.0f} GFLOP/s"
+    else:
+        peak, peak_source = None, None
+    tokens_per_s = raw["tokens_per_step"] / median
+    flops_per_s = raw["flops_per_step"] / median
+    return {
+        "name": entry.name,
+        "impl": impl,
+        "model": entry.model,
+        "tpu": entry.tpu,
+        "sharding": entry.sharding,
+        "remat": entry.remat,
+        "global_batch_size": entry.global_batch_size,
+        "seq_len": entry.seq_len,
+        "overrides": entry.overrides,
+        "parameters": raw["parameters"],
+        "devices": raw["devices"],
+        "precision": "bf16" if raw["bf16"] else "fp32",
+        "compile_s": raw["compile_s"],
+        "warmup_s": raw["warmup_s"],
+        "step_time_median_s": median,
+        "step_time_min_s": min(times),
+        "step_time_max_s": max(times),
+        "timed_steps": len(times),
+        "tokens_per_s": tokens_per_s,
+        "tokens_per_s_per_chip": tokens_per_s / per_chip_divisor,
+        "model_tflops_per_s_per_chip": flops_per_s / per_chip_divisor / 1e12,
+        "mfu": flops_per_s / peak if peak else None,
+        "peak_flops": peak,
+        "peak_source": peak_source,
+        "attention_flops": "causal",
+        "compiles_timed": raw["compiles_timed"],
+        "peak_memory_bytes": raw["peak_memory_bytes"],
+    }
+
+
+def environment(calibration: dict) -> dict:
+    import importlib.metadata as md
+
+    def version(name):
+        try:
+            return md.version(name)
+        except md.PackageNotFoundError:
+            return None
+
+    commit = (
+        subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
+        ).stdout.strip()
+        or None
+    )
+    return {
+        "torch": version("torch"),
+        "torch_xla": version("torch_xla"),
+        "transformers": version("transformers"),
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "processor": platform.processor() or None,
+        "host_cpus": _cpu_count(),
+        "git_commit": commit,
+        "calibration_flops": calibration,
+    }
+
+
+def _cpu_count() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+def run_suite(
+    entries: list[Entry], steps: int, compare: str | None, mfu: bool, profile_dir: str | None
+) -> dict:
+    calibration = calibrate(entries) if mfu else {}
+    if calibration:
+        tqdm.write(
+            "calibration (host CPU, torch matmul 1024x1024): "
+            + ", ".join(f"{k} {v / 1e9:.0f} GFLOP/s" for k, v in calibration.items())
+        )
+    jobs = [(e, None) for e in entries]
+    # The HF peer has no LayerStack to scan: compare plain and checkpointed entries only.
+    jobs += [(e, compare) for e in entries if compare and not e.remat.startswith("scan")]
+    records = []
+    for entry, peer in tqdm(jobs, desc="bench", unit="entry"):
+        profile = str(Path(profile_dir) / f"{entry.name}-{peer or 'zoo'}") if profile_dir else None
+        raw = run_entry(entry, steps, peer, profile)
+        records.append(summarize(entry, peer or "zoo", raw, calibration))
+        tqdm.write(
+            f"{entry.name} ({peer or 'zoo'}): median step {records[-1]['step_time_median_s']:.3f} s"
+        )
+    return {"environment": environment(calibration), "records": records}
+
+
+def compare_ratios(records: list[dict]) -> list[tuple[str, str, float]]:
+    """(entry, peer, zoo step time / peer step time) for every entry run by both:
+    below 1.0 the zoo's step is faster."""
+    zoo = {r["name"]: r for r in records if r["impl"] == "zoo"}
+    return [
+        (r["name"], r["impl"], zoo[r["name"]]["step_time_median_s"] / r["step_time_median_s"])
+        for r in records
+        if r["impl"] != "zoo" and r["name"] in zoo
+    ]
+
+
+def regressions(records: list[dict], baseline: dict, tolerance: float) -> list[str]:
+    """Entries whose MFU (normalized by the same-run peak) fell more than `tolerance` below
+    the baseline's; entries missing from either side are not judged."""
+    base = {(r["name"], r["impl"]): r for r in baseline["records"]}
+    failed = []
+    for record in records:
+        old = base.get((record["name"], record["impl"]))
+        if old is None or old.get("mfu") is None or record.get("mfu") is None:
+            continue
+        if record["mfu"] < old["mfu"] * (1 - tolerance):
+            failed.append(
+                f"{record['name']} ({record['impl']}): MFU {record['mfu']:.2%} vs "
+                f"baseline {old['mfu']:.2%}"
+            )
+    return failed

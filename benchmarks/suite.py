@@ -1,0 +1,59 @@
+"""Benchmark suites: YAML lists of entries (model, presets, batch, sequence, topology)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import yaml
+
+from core.errors import UserError
+
+SUITES_DIR = Path(__file__).resolve().parent / "suites"
+
+
+@dataclasses.dataclass
+class Entry:
+    name: str
+    model: str
+    tpu: str = "cpu-1"
+    sharding: str = "fsdp"
+    remat: str = "none"
+    global_batch_size: int = 8
+    seq_len: int = 256
+    overrides: list[str] = dataclasses.field(default_factory=list)
+
+    def train_overrides(self) -> list[str]:
+        """The `zoo train` config for this entry, on synthetic tokens."""
+        return [
+            f"tpu={self.tpu}",
+            f"sharding={self.sharding}",
+            f"remat={self.remat}",
+            f"global_batch_size={self.global_batch_size}",
+            f"seq_len={self.seq_len}",
+            "data.source=synthetic",
+            *self.overrides,
+        ]
+
+
+def load_suite(name_or_path: str) -> list[Entry]:
+    path = Path(name_or_path)
+    if not path.is_file():
+        path = SUITES_DIR / f"{name_or_path}.yaml"
+    if not path.is_file():
+        names = sorted(p.stem for p in SUITES_DIR.glob("*.yaml"))
+        raise UserError(
+            f"no benchmark suite '{name_or_path}'; suites: {', '.join(names)} "
+            "(or a path to a YAML file)"
+        )
+    fields = {f.name for f in dataclasses.fields(Entry)}
+    entries = []
+    for raw in yaml.safe_load(path.read_text()) or []:
+        unknown = set(raw) - fields
+        if unknown:
+            raise UserError(
+                f"{path}: entry {raw.get('name', '?')} has unknown keys "
+                f"{sorted(unknown)}; valid: {', '.join(sorted(fields))}"
+            )
+        entries.append(Entry(**raw))
+    return entries

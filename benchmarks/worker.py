@@ -1,0 +1,99 @@
+"""Runs one benchmark entry in this process and prints its measurements as a JSON line.
+
+    python -m benchmarks.worker '{"entry": {...}, "steps": 10, "peer": null, "profile": null}'
+
+The runner starts one process per entry because the XLA device count is fixed per process.
+Steps run on one synthetic batch already on the device, so only the step itself is timed.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import time
+
+from benchmarks.peers import PEERS
+from benchmarks.suite import Entry
+from zoo.train import build_trainer
+
+
+def measure(entry: Entry, steps: int, peer: str | None, profile_dir: str | None) -> dict:
+    with tempfile.TemporaryDirectory() as scratch:
+        cfg, trainer = build_trainer(
+            entry.model,
+            [*entry.train_overrides(), f"out={scratch}"],
+            build_model=PEERS[peer] if peer else None,
+        )
+        return _time_steps(trainer, steps, profile_dir)
+
+
+def _time_steps(trainer, steps: int, profile_dir: str | None) -> dict:
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+    import torch_xla.debug.metrics as met
+
+    from core.inputs import shard_batch
+
+    def compile_stats():
+        data = met.metric_data("CompileTime")
+        return (int(data[0]), data[1] / 1e9) if data else (0, 0.0)
+
+    batch = shard_batch(trainer.data.batch(0), trainer.mesh)
+    start = time.perf_counter()
+    for _ in range(2):  # the step compiles, then again once optimizer state exists
+        trainer.train_step(batch)
+        torch_xla.sync()
+    xm.wait_device_ops()
+    warmup_s = time.perf_counter() - start
+    warm_compiles, compile_s = compile_stats()
+    if profile_dir:
+        import torch_xla.debug.profiler as xp
+
+        xp.start_trace(profile_dir)
+    # Each timed step is synchronous (dispatch, then wait for the device): per-step times
+    # are then real latencies, not the bursts that asynchronous dispatch produces.
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        trainer.train_step(batch)
+        torch_xla.sync()
+        xm.wait_device_ops()
+        times.append(time.perf_counter() - start)
+    if profile_dir:
+        xp.stop_trace()
+    return {
+        "step_times_s": times,
+        "warmup_s": warmup_s,
+        "compile_s": compile_s,
+        "compiles_warmup": warm_compiles,
+        "compiles_timed": compile_stats()[0] - warm_compiles,
+        "peak_memory_bytes": _peak_memory(),
+        "flops_per_step": trainer.flops_per_step(),
+        "tokens_per_step": trainer.items_per_step(),
+        "parameters": sum(p.numel() for p in trainer.model.parameters()),
+        "devices": trainer.devices,
+        "chips": trainer.topology.chips,
+        "bf16": trainer.bf16,
+    }
+
+
+def _peak_memory() -> int | None:
+    """Peak device memory where the runtime reports it (TPU); None on the CPU backend."""
+    import torch_xla.core.xla_model as xm
+
+    try:
+        info = xm.get_memory_info()
+    except Exception:  # the CPU backend has no memory stats
+        return None
+    return info.get("peak_bytes_used") or info.get("bytes_used")
+
+
+def main(argv: list[str]) -> None:
+    job = json.loads(argv[0])
+    record = measure(Entry(**job["entry"]), job["steps"], job.get("peer"), job.get("profile"))
+    print(json.dumps(record))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

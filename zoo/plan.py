@@ -1,0 +1,120 @@
+"""`zoo plan`: will MODEL fit on a slice under a sharding and remat preset, and how long
+should a step take? Computed from the config and the exact sharding plan on the meta
+device; nothing is allocated."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from core import config as config_lib
+from core import topology
+from core.mesh import resolve_axis_sizes
+from core.remat import RematConfig
+from core.sharding import ShardingRules, plan_params
+from zoo.train import load_run_config
+
+OPTIMIZER_STATES = {"adamw": 2, "sgd": 1}  # fp32 tensors per parameter
+
+
+@dataclasses.dataclass
+class Plan:
+    model: str
+    topology: topology.Topology
+    mesh: dict
+    terms: dict  # name -> bytes per device
+    hbm_bytes: int | None
+    flops_per_step: float
+    step_time_at_target_s: float | None
+    target_mfu: float
+
+    @property
+    def total(self) -> float:
+        return sum(self.terms.values())
+
+    @property
+    def fits(self) -> bool | None:
+        return None if self.hbm_bytes is None else self.total <= self.hbm_bytes
+
+    @property
+    def largest(self) -> str:
+        return max(self.terms, key=self.terms.get)
+
+
+def make_plan(model_name: str, slice_type: str, overrides: list[str], target_mfu: float) -> Plan:
+    import torch
+
+    family, cfg = load_run_config(model_name, [f"tpu={slice_type}", *overrides])
+    topo = topology.parse(cfg.tpu)
+    mesh = resolve_axis_sizes(cfg.mesh, topo.devices)
+    rules = ShardingRules.from_yaml(family.preset("sharding", cfg.sharding))
+    remat = config_lib.load(RematConfig, files=[family.preset("remat", cfg.remat)])
+    with torch.device("meta"):
+        model = family.build(cfg.model, init=False)
+    param_bytes = sum(p.shard_bytes for p in plan_params(model, rules, mesh))
+    states = OPTIMIZER_STATES.get(cfg.optim.name, 2)
+    batch_devices = mesh["data"] * mesh["fsdp"]
+    micro_batch = cfg.global_batch_size // cfg.grad_accum
+    per_device = -(-micro_batch // batch_devices)  # XLA pads a batch smaller than the mesh
+    bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and topo.is_tpu)
+    activations = family.activation_bytes(
+        cfg.model,
+        cfg.seq_len,
+        per_device,
+        mesh["tensor"],
+        bool(remat.checkpoint),
+        2 if bf16 else 4,
+        topo.is_tpu,
+    )
+    terms = {
+        "parameters (fp32)": param_bytes,
+        "gradients (fp32)": param_bytes,
+        f"optimizer state ({cfg.optim.name})": states * param_bytes,
+        **activations,
+    }
+    tokens = cfg.global_batch_size * cfg.seq_len
+    flops = 3 * family.forward_flops_per_token(cfg.model, cfg.seq_len) * tokens
+    peak = (topo.peak_bf16_flops_per_chip or 0) * topo.chips
+    return Plan(
+        model_name,
+        topo,
+        mesh,
+        terms,
+        topo.hbm_bytes_per_chip,
+        flops,
+        flops / (target_mfu * peak) if peak else None,
+        target_mfu,
+    )
+
+
+def describe(plan: Plan) -> str:
+    from core.table import format_table
+
+    gib = 2**30
+    rows = [(name, f"{value / gib:,.2f} GiB") for name, value in plan.terms.items()]
+    rows.append(("total", f"{plan.total / gib:,.2f} GiB"))
+    mesh = " ".join(f"{a}={s}" for a, s in plan.mesh.items() if s > 1) or "1 device"
+    lines = [
+        f"{plan.model} on {plan.topology.name} ({plan.topology.chips} chips, mesh {mesh}); "
+        "per-device memory:",
+        format_table(("term", "per device"), rows),
+    ]
+    if plan.fits is None:
+        lines.append("fits: unknown (no HBM figure for CPU devices)")
+    else:
+        hbm = plan.hbm_bytes / gib
+        verdict = "fits" if plan.fits else "does NOT fit"
+        lines.append(
+            f"{verdict}: {plan.total / gib:,.1f} GiB of {hbm:g} GiB HBM per chip; "
+            f"largest term: {plan.largest} ({plan.terms[plan.largest] / gib:,.1f} GiB)"
+        )
+        if not plan.fits:
+            lines.append(
+                "to fit: a larger slice (more fsdp shards), remat=checkpoint, a "
+                "smaller global_batch_size or seq_len, or grad_accum"
+            )
+    lines.append(f"model FLOPs per step: {plan.flops_per_step:.3e} (3 x forward, causal)")
+    if plan.step_time_at_target_s:
+        lines.append(
+            f"at {plan.target_mfu:.0%} MFU a step takes {plan.step_time_at_target_s:.3f} s"
+        )
+    return "\n".join(lines)
