@@ -4,7 +4,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -37,7 +36,8 @@ def bench_run(tmp_path_factory):
     baseline = tmp / "baseline.json"
     baseline.write_text(json.dumps({"records": [{"name": "micro", "impl": "zoo", "mfu": 50.0}]}))
     result = zoo("bench", "--mfu", "--suite", str(suite), "--steps", "3", "--compare", "hf",
-                 "--out", str(tmp / "out"), "--baseline", str(baseline))
+                 "--out", str(tmp / "out"), "--baseline", str(baseline),
+                 "--profile", str(tmp / "profile"))
     return tmp / "out", result
 
 
@@ -56,6 +56,11 @@ def test_bench_writes_every_output(bench_run):
             "step_time_max_s"]
     assert "micro: step time zoo / hf = " in result.stdout
     assert "| micro | zoo |" in (out / "results.md").read_text()
+
+
+def test_profile_is_captured_for_tensorboard(bench_run):
+    out, _ = bench_run
+    assert list((out.parent / "profile" / "micro-zoo").rglob("*.xplane.pb"))
 
 
 def test_bench_gate_fails_on_regression_and_names_the_entry(bench_run):
