@@ -31,7 +31,7 @@ class MetricsLogger:
         self.bar = tqdm(
             total=total_steps, initial=start_step, desc="train", unit="step", dynamic_ncols=True
         )
-        self.wandb_run = _start_wandb(wandb, run_dir, config)
+        self.wandb_run = start_wandb(wandb, run_dir, config)
 
     def step_done(self, metrics: dict) -> None:
         """Every step: advance the bar and show the latest numbers."""
@@ -76,7 +76,7 @@ def _fmt(value) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
-def _start_wandb(config: WandbConfig, run_dir: Path, run_config: dict):
+def start_wandb(config: WandbConfig, run_dir: Path, run_config: dict):
     if not config.project or config.mode == "disabled":
         return None
     import wandb

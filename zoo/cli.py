@@ -224,5 +224,42 @@ def plan(model, overrides, tpu, target_mfu):
     click.echo(describe(make_plan(model, tpu, list(overrides), target_mfu)))
 
 
+@cli.command()
+@click.argument("checkpoint")
+@click.argument("out")
+def export(checkpoint, out):
+    """Export a training run or checkpoint (CHECKPOINT) as a Hugging Face folder OUT."""
+    from eval.export import export as export_checkpoint
+
+    folder = export_checkpoint(checkpoint, out)
+    click.echo(f"exported {checkpoint} -> {folder} (loads with AutoModelForCausalLM)")
+
+
+@cli.command("eval")
+@click.argument("checkpoint")
+@click.option("--tasks", required=True, help="Comma-separated: lm-eval task names, `arc` "
+              "(arc_easy + arc_challenge), the sample tasks, or a folder of task YAMLs.")
+@click.option("--num-fewshot", type=int)
+@click.option("--limit", type=int, help="Only the first N documents per task.")
+@click.option("--batch-size", default=8, show_default=True)
+@click.option("--device", type=click.Choice(["cpu", "cuda", "xla"]), default="cpu",
+              show_default=True)
+@click.option("--out", help="Folder for eval_results.json (default: next to the checkpoint).")
+def eval_command(checkpoint, tasks, num_fewshot, limit, batch_size, device, out):
+    """Score CHECKPOINT (a run, a checkpoint or a Hugging Face folder) with lm-eval."""
+    from core.table import format_table
+    from eval.run import evaluate
+
+    rows, results_file = evaluate(checkpoint, tasks, num_fewshot=num_fewshot, limit=limit,
+                                  batch_size=batch_size, device=device, out=out)
+    table = [(task, metric, f"{value:.4f}", f"{stderr:.4f}" if stderr is not None else "-")
+             for task, metric, value, stderr in rows]
+    click.echo(format_table(("task", "metric", "value", "stderr"), table))
+    click.echo(f"wrote {results_file}")
+
+
 def main():
+    from core import runtime
+
+    runtime.configure()  # before anything imports torch_xla (transformers may)
     cli(prog_name="zoo")

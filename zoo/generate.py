@@ -6,31 +6,16 @@ from pathlib import Path
 
 import torch
 
-from core.errors import UserError
-
-
-def find_run_dir(path: Path) -> Path:
-    """A run folder, or a checkpoint folder inside RUN/checkpoints/."""
-    for candidate in (path, path.parent.parent):
-        if (candidate / "config.yaml").is_file():
-            return candidate
-    raise UserError(f"{path} is neither a run folder nor a checkpoint in one (no config.yaml)")
-
 
 def load_for_generation(path: str | Path):
     """(model in eval mode, tokenizer) from a run folder or one of its checkpoints."""
-    import yaml
-
     from core.checkpoint import load_checkpoint
     from core.data import load_tokenizer
-    from zoo.train import load_run_config
+    from zoo.runs import load_run
 
-    path = Path(path)
-    run_dir = find_run_dir(path)
-    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
-    family, cfg = load_run_config(saved["model_name"], [], [run_dir / "config.yaml"])
+    family, cfg, _ = load_run(path)
     model = family.build(cfg.model, init=False)
-    model.load_state_dict(load_checkpoint(path), strict=False)
+    model.load_state_dict(load_checkpoint(path))
     return model.eval(), load_tokenizer(cfg.data.tokenizer)
 
 

@@ -27,6 +27,7 @@ class ModelFamily:
     forward_flops_per_token: Callable  # (config, seq_len) -> forward matmul FLOPs per token
     load_hf: Callable  # (model, hf_dir) -> None: load a Hugging Face checkpoint's weights
     config_from_hf: Callable  # hf_dir -> config
+    hf_architecture: str  # transformers class an export loads as, e.g. LlamaForCausalLM
     # (config, seq_len, batch_per_device, tensor, remat, bytes_per_value, on_tpu) -> {term: bytes}
     activation_bytes: Callable
 
@@ -54,6 +55,15 @@ def resolve(model_name: str) -> tuple[ModelFamily, str]:
     if fam_name in FAMILIES and size in family(fam_name).sizes:
         return family(fam_name), size
     raise UserError(f"unknown model '{model_name}'; valid: {', '.join(model_names())}")
+
+
+def family_for_hf_architecture(architecture: str) -> ModelFamily:
+    """The family an exported Hugging Face folder (config.json `architectures`) belongs to."""
+    for name in FAMILIES:
+        if family(name).hf_architecture == architecture:
+            return family(name)
+    known = ", ".join(family(name).hf_architecture for name in FAMILIES)
+    raise UserError(f"no zoo model family for Hugging Face class {architecture}; known: {known}")
 
 
 def parameter_count(fam: ModelFamily, size: str) -> int:

@@ -67,5 +67,6 @@ FAMILY = ModelFamily(
     forward_flops_per_token=forward_flops_per_token,
     load_hf=load_hf,
     config_from_hf=config_from_hf,
+    hf_architecture="LlamaForCausalLM",
     activation_bytes=activation_bytes,
 )

@@ -1,0 +1,1 @@
+"""Checkpoints out of the trainer: Hugging Face export and lm-eval evaluation."""

@@ -1,0 +1,81 @@
+"""`zoo export`: a training checkpoint -> a Hugging Face model folder.
+
+Reads the checkpoint's consolidated `model.safetensors` once (no torch_xla needed), writes
+config.json, safetensors shards (with an index when there is more than one), tokenizer and
+generation config into a temporary folder, and renames it into place when complete.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from core.errors import UserError
+
+MAX_SHARD_SIZE = "2GB"
+
+
+def export(checkpoint: str | Path, out: str | Path) -> Path:
+    from core.checkpoint import load_checkpoint
+    from zoo.runs import load_run
+
+    out = Path(out)
+    if out.exists():
+        raise UserError(f"{out} already exists; remove it or choose another output folder")
+    family, cfg, _ = load_run(checkpoint)
+    weights = load_checkpoint(checkpoint)
+    tmp = out.with_name(out.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        hf_config = cfg.model.to_hf()
+        hf_config.architectures = [family.hf_architecture]
+        _write_tokenizer(cfg, hf_config, tmp)
+        hf_config.save_pretrained(tmp)
+        _write_weights(weights, tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    tmp.rename(out)
+    return out
+
+
+def _write_tokenizer(cfg, hf_config, folder: Path) -> None:
+    """Tokenizer files and a generation config with its special tokens (none for runs
+    trained on synthetic tokens)."""
+    from transformers import GenerationConfig
+
+    if cfg.data.source == "synthetic":
+        return
+    from core.data import load_tokenizer
+
+    tokenizer = load_tokenizer(cfg.data.tokenizer)
+    tokenizer.save_pretrained(folder)
+    for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        setattr(hf_config, name, getattr(tokenizer, name))
+    GenerationConfig(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                     pad_token_id=tokenizer.pad_token_id).save_pretrained(folder)
+
+
+def _write_weights(weights: dict, folder: Path) -> None:
+    from huggingface_hub import split_torch_state_dict_into_shards
+    from safetensors.torch import save_file
+
+    split = split_torch_state_dict_into_shards(weights, max_shard_size=MAX_SHARD_SIZE)
+    for filename, names in split.filename_to_tensors.items():
+        save_file({n: weights[n].contiguous() for n in names}, str(folder / filename),
+                  metadata={"format": "pt"})
+        (folder / filename).chmod(0o644)  # safetensors creates files owner-only
+    if split.is_sharded:
+        index = {"metadata": split.metadata, "weight_map": split.tensor_to_filename}
+        (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+
+
+def cached_export(checkpoint: str | Path) -> Path:
+    """Export a run's checkpoint once into RUN/hf/step-N and reuse it on later calls."""
+    from zoo.runs import checkpoint_step, find_run_dir
+
+    path = Path(checkpoint)
+    out = find_run_dir(path) / "hf" / f"step-{checkpoint_step(path):08d}"
+    return out if out.is_dir() else export(path, out)

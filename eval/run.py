@@ -1,0 +1,102 @@
+"""`zoo eval`: score a training run, checkpoint or Hugging Face folder with lm-eval.
+
+Tasks are resolved (and Hub datasets checked) before any model is loaded. A training
+checkpoint is exported once to RUN/hf/step-N and reused. `--device xla` scores with the zoo
+model on the XLA device (eval/xla_lm.py); cpu/cuda use lm-eval's own `hf` backend.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from core.errors import UserError
+from eval.tasks_check import resolve_tasks
+
+RESULTS_FILE = "eval_results.json"
+
+
+def model_folder(checkpoint: Path) -> Path:
+    """An HF folder as is; a run or checkpoint folder through the export cache."""
+    if (checkpoint / "config.json").is_file() and list(checkpoint.glob("*.safetensors")):
+        return checkpoint
+    from eval.export import cached_export
+
+    return cached_export(checkpoint)
+
+
+def evaluate(checkpoint: str, tasks: str, *, num_fewshot: int | None = None,
+             limit: int | None = None, batch_size: int = 8, device: str = "cpu",
+             out: str | None = None) -> tuple[list[tuple], Path]:
+    """Run lm-eval; returns (task, metric, value, stderr) rows and the results file."""
+    path = Path(checkpoint)
+    if not path.exists():
+        raise UserError(f"{checkpoint} does not exist")
+    names, manager = resolve_tasks(tasks)
+    folder = model_folder(path)
+    import lm_eval
+
+    common = dict(tasks=names, task_manager=manager, num_fewshot=num_fewshot, limit=limit,
+                  log_samples=True)
+    if device == "xla":
+        from eval.xla_lm import ZooXLALM
+
+        results = lm_eval.simple_evaluate(
+            model=ZooXLALM(pretrained=str(folder), batch_size=batch_size), **common)
+    else:
+        results = lm_eval.simple_evaluate(model="hf", model_args=f"pretrained={folder}",
+                                          device=device, batch_size=batch_size, **common)
+    rows = metric_rows(results["results"])
+    target = Path(out) if out else (path if folder == path else _run_dir(path))
+    target.mkdir(parents=True, exist_ok=True)
+    record = {
+        "checkpoint": str(path), "model_folder": str(folder), "device": device,
+        "tasks": names, "num_fewshot": num_fewshot, "limit": limit,
+        "results": results["results"], "versions": results.get("versions"),
+        "loglikelihoods": per_choice_loglikelihoods(results.get("samples", {})),
+    }
+    results_file = target / RESULTS_FILE
+    results_file.write_text(json.dumps(record, indent=1, default=str))
+    _log_wandb(path, folder, rows)
+    return rows, results_file
+
+
+def metric_rows(results: dict) -> list[tuple]:
+    rows = []
+    for task, metrics in sorted(results.items()):
+        for key, value in metrics.items():
+            metric, _, filter_name = key.partition(",")
+            if metric.endswith("_stderr") or metric == "sample_len" or not isinstance(
+                value, int | float
+            ):
+                continue
+            stderr = metrics.get(f"{metric}_stderr,{filter_name}")
+            rows.append((task, metric, value, stderr if isinstance(stderr, float) else None))
+    return rows
+
+
+def per_choice_loglikelihoods(samples: dict) -> dict:
+    """{task: [[log-likelihood of each choice] per document, in doc order]}."""
+    return {task: [[float(resp[0][0]) for resp in doc["resps"]]
+                   for doc in sorted(docs, key=lambda d: d["doc_id"])]
+            for task, docs in samples.items()}
+
+
+def _run_dir(path: Path) -> Path:
+    from zoo.runs import find_run_dir
+
+    return find_run_dir(path)
+
+
+def _log_wandb(path: Path, folder: Path, rows: list[tuple]) -> None:
+    """When the run being evaluated logs to wandb, its eval scores go there too."""
+    if folder == path:
+        return
+    from core.metrics import start_wandb
+    from zoo.runs import load_run
+
+    _, cfg, run_dir = load_run(path)
+    run = start_wandb(cfg.wandb, run_dir, {"eval_of": str(path)})
+    if run is not None:
+        run.log({f"eval/{task}/{metric}": value for task, metric, value, _ in rows})
+        run.finish()

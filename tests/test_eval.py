@@ -1,0 +1,150 @@
+"""Export and evaluation end to end: a tiny llama trained on text that teaches the sample
+tasks' answers scores well above chance, an untrained one near chance; the export loads in
+transformers; lm-eval's CLI, `zoo eval` and the XLA backend agree."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+TEACH = ["data.source=eval/tasks/data/teach.jsonl", "seq_len=64", "log_every=50",
+         "checkpoint_every=1000"]
+TASKS = "arc_easy_sample,hellaswag_sample"
+
+
+def run(*args, timeout=900):
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "HF_HUB_OFFLINE": "1",
+           "HF_DATASETS_OFFLINE": "1"}
+    return subprocess.run(list(args), env=env, capture_output=True, text=True, cwd=ROOT,
+                          timeout=timeout)
+
+
+def zoo(*args, timeout=900):
+    return run(sys.executable, "-c", "from zoo.cli import main; main()", *args,
+               timeout=timeout)
+
+
+def accuracies(results_file: Path) -> dict:
+    results = json.loads(results_file.read_text())["results"]
+    return {task: results[task]["acc,none"] for task in results}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("eval")
+    trained, untrained = tmp / "trained", tmp / "untrained"
+    result = zoo("train", "llama-tiny", "--tpu", "cpu-1", "--steps", "300", "--out",
+                 str(trained), "optim.lr=3e-3", *TEACH)
+    assert result.returncode == 0, result.stderr[-3000:]
+    result = zoo("train", "llama-tiny", "--tpu", "cpu-1", "--steps", "1", "--out",
+                 str(untrained), "optim.lr=0", *TEACH)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return {"trained": trained, "untrained": untrained, "tmp": tmp}
+
+
+@pytest.fixture(scope="module")
+def cpu_eval(runs):
+    scores = {}
+    for name in ("trained", "untrained"):
+        result = zoo("eval", str(runs[name]), "--tasks", TASKS)
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert "arc_easy_sample   acc" in result.stdout
+        scores[name] = runs[name] / "eval_results.json"
+    return scores
+
+
+def test_training_on_the_teaching_text_is_measured_by_eval(cpu_eval):
+    trained, untrained = accuracies(cpu_eval["trained"]), accuracies(cpu_eval["untrained"])
+    # 48 four-way questions: chance is 0.25 +- 0.06
+    assert trained["arc_easy_sample"] >= 0.6
+    assert untrained["arc_easy_sample"] <= 0.45
+    assert trained["hellaswag_sample"] > untrained["hellaswag_sample"]
+
+
+def test_export_loads_in_transformers_and_gives_the_zoo_logits(runs):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from zoo.generate import load_for_generation
+
+    out = runs["tmp"] / "export"
+    result = zoo("export", str(runs["trained"]), str(out))
+    assert result.returncode == 0, result.stderr[-2000:]
+    files = {p.name for p in out.iterdir()}
+    assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+            "generation_config.json"} <= files
+    hf = AutoModelForCausalLM.from_pretrained(out)
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    assert (tokenizer.bos_token, tokenizer.eos_token, tokenizer.pad_token) == (
+        "<|begin_of_text|>", "<|end_of_text|>", "<|pad|>")
+    zoo_model, _ = load_for_generation(runs["trained"])
+    ids = tokenizer("Question: What color is a glimmerbeak?", return_tensors="pt").input_ids
+    with torch.no_grad():
+        torch.testing.assert_close(hf(ids).logits, zoo_model(ids), rtol=1e-4, atol=1e-4)
+    again = zoo("export", str(runs["trained"]), str(out))
+    assert again.returncode != 0 and "already exists" in again.stderr
+
+
+def test_lm_eval_cli_on_the_export_gives_the_same_numbers(runs, cpu_eval):
+    folder = json.loads(cpu_eval["trained"].read_text())["model_folder"]
+    out = runs["tmp"] / "lm_eval_out"
+    result = run(str(Path(sys.executable).parent / "lm_eval"), "--model", "hf", "--model_args",
+                 f"pretrained={folder}", "--tasks", TASKS, "--include_path", "eval/tasks",
+                 "--device", "cpu", "--batch_size", "8", "--output_path", str(out))
+    assert result.returncode == 0, result.stderr[-3000:]
+    results_file = next(out.rglob("results_*.json"))
+    theirs = json.loads(results_file.read_text())["results"]
+    ours = json.loads(cpu_eval["trained"].read_text())["results"]
+    for task in TASKS.split(","):
+        for metric in ("acc,none", "acc_norm,none"):
+            assert theirs[task][metric] == ours[task][metric], (task, metric)
+
+
+def test_xla_backend_matches_the_hf_backend(runs, cpu_eval):
+    out = runs["tmp"] / "xla_eval"
+    result = zoo("eval", str(runs["trained"]), "--tasks", TASKS, "--device", "xla",
+                 "--out", str(out))
+    assert result.returncode == 0, result.stderr[-3000:]
+    xla = json.loads((out / "eval_results.json").read_text())
+    hf = json.loads(cpu_eval["trained"].read_text())
+    for task in TASKS.split(","):
+        # fp32 on both; XLA:CPU fuses and reorders sums: log-likelihoods of ~-100 agree to 1e-3
+        assert len(xla["loglikelihoods"][task]) == 48
+        for ours, theirs in zip(xla["loglikelihoods"][task], hf["loglikelihoods"][task]):
+            assert ours == pytest.approx(theirs, abs=1e-3)
+        assert xla["results"][task]["acc,none"] == hf["results"][task]["acc,none"]
+        assert xla["results"][task]["acc_norm,none"] == hf["results"][task]["acc_norm,none"]
+
+
+def test_hub_tasks_offline_fail_fast_with_one_line(runs):
+    start = time.monotonic()
+    result = zoo("eval", str(runs["untrained"]), "--tasks", "arc,hellaswag", timeout=120)
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines() == [
+        "Error: task 'arc_easy' needs the Hugging Face Hub dataset 'allenai/ai2_arc', which "
+        "is unreachable from here (offline?); use the local sample tasks (arc_easy_sample, "
+        "hellaswag_sample) or run where the Hub is reachable"]
+    assert time.monotonic() - start < 60
+
+
+def test_unknown_task_lists_the_sample_tasks(runs):
+    result = zoo("eval", str(runs["untrained"]), "--tasks", "no_such_task", timeout=120)
+    assert result.returncode != 0
+    assert "unknown task 'no_such_task'; sample tasks (offline): arc_easy_sample" in result.stderr
+
+
+def test_large_exports_are_sharded_with_an_index(runs, monkeypatch):
+    from transformers import AutoModelForCausalLM
+
+    from eval import export as export_module
+
+    monkeypatch.setattr(export_module, "MAX_SHARD_SIZE", "5MB")
+    out = export_module.export(runs["untrained"], runs["tmp"] / "sharded")
+    index = json.loads((out / "model.safetensors.index.json").read_text())
+    assert len(set(index["weight_map"].values())) > 1
+    AutoModelForCausalLM.from_pretrained(out)
