@@ -18,8 +18,8 @@ COLUMNS = (
             f"{r['step_time_median_s']:.3f}/{r['step_time_min_s']:.3f}/{r['step_time_max_s']:.3f}"
         ),
     ),
-    ("tok/s", lambda r: f"{r['tokens_per_s']:,.0f}"),
-    ("tok/s/chip", lambda r: f"{r['tokens_per_s_per_chip']:,.0f}"),
+    ("items/s", lambda r: f"{r['items_per_s']:,.0f} {r['throughput_unit']}"),
+    ("items/s/chip", lambda r: f"{r['items_per_s_per_chip']:,.0f}"),
     ("TFLOP/s/chip", lambda r: f"{r['model_tflops_per_s_per_chip']:.4f}"),
     ("MFU", lambda r: f"{r['mfu']:.1%}" if r["mfu"] is not None else "-"),
     ("compiles", lambda r: r["compiles_timed"]),
@@ -66,13 +66,13 @@ def plot(records: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     labels = [f"{r['name']}\n({r['impl']})" for r in records]
-    fig, (ax_tok, ax_mfu) = plt.subplots(1, 2, figsize=(max(8, 1.6 * len(records)), 4.5))
-    ax_tok.bar(labels, [r["tokens_per_s"] for r in records], color="tab:blue")
-    ax_tok.set_title("tokens/s (all devices)")
+    fig, (ax_time, ax_mfu) = plt.subplots(1, 2, figsize=(max(8, 1.6 * len(records)), 4.5))
+    ax_time.bar(labels, [r["step_time_median_s"] for r in records], color="tab:blue")
+    ax_time.set_title("step time, median (s)")
     mfu = [100 * r["mfu"] if r["mfu"] is not None else 0 for r in records]
     ax_mfu.bar(labels, mfu, color="tab:green")
     ax_mfu.set_title("MFU % (vs peak measured in the same run)")
-    for ax in (ax_tok, ax_mfu):
+    for ax in (ax_time, ax_mfu):
         ax.tick_params(axis="x", labelrotation=60, labelsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

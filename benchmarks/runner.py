@@ -62,7 +62,7 @@ def summarize(entry: Entry, impl: str, raw: dict, calibration: dict) -> dict:
         peak_source = f"host {dtype} matmul, measured {peak / 1e9:.0f} GFLOP/s"
     else:
         peak, peak_source = None, None
-    tokens_per_s = raw["tokens_per_step"] / median
+    items_per_s = raw["items_per_step"] / median
     flops_per_s = raw["flops_per_step"] / median
     return {
         "name": entry.name,
@@ -83,8 +83,9 @@ def summarize(entry: Entry, impl: str, raw: dict, calibration: dict) -> dict:
         "step_time_min_s": min(times),
         "step_time_max_s": max(times),
         "timed_steps": len(times),
-        "tokens_per_s": tokens_per_s,
-        "tokens_per_s_per_chip": tokens_per_s / per_chip_divisor,
+        "throughput_unit": raw["throughput_unit"],  # tokens (LMs) or examples
+        "items_per_s": items_per_s,
+        "items_per_s_per_chip": items_per_s / per_chip_divisor,
         "model_tflops_per_s_per_chip": flops_per_s / per_chip_divisor / 1e12,
         "mfu": flops_per_s / peak if peak else None,
         "peak_flops": peak,

@@ -20,17 +20,17 @@ class Entry:
     sharding: str = "fsdp"
     remat: str = "none"
     global_batch_size: int = 8
-    seq_len: int = 256
+    seq_len: int | None = None  # LM entries; other families set their shapes in overrides
     overrides: list[str] = dataclasses.field(default_factory=list)
 
     def train_overrides(self) -> list[str]:
-        """The `zoo train` config for this entry, on synthetic tokens."""
+        """The `zoo train` config for this entry, on synthetic data."""
         return [
             f"tpu={self.tpu}",
             f"sharding={self.sharding}",
             f"remat={self.remat}",
             f"global_batch_size={self.global_batch_size}",
-            f"seq_len={self.seq_len}",
+            *([f"seq_len={self.seq_len}"] if self.seq_len else []),
             "data.source=synthetic",
             *self.overrides,
         ]

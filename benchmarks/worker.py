@@ -39,7 +39,7 @@ def _time_steps(trainer, steps: int, profile_dir: str | None) -> dict:
         data = met.metric_data("CompileTime")
         return (int(data[0]), data[1] / 1e9) if data else (0, 0.0)
 
-    batch = shard_batch(trainer.data.batch(0), trainer.mesh)
+    batch = shard_batch(next(trainer.host_batches(0)), trainer.mesh)
     start = time.perf_counter()
     for _ in range(2):  # the step compiles, then again once optimizer state exists
         trainer.train_step(batch)
@@ -70,7 +70,8 @@ def _time_steps(trainer, steps: int, profile_dir: str | None) -> dict:
         "compiles_timed": compile_stats()[0] - warm_compiles,
         "peak_memory_bytes": _peak_memory(),
         "flops_per_step": trainer.flops_per_step(),
-        "tokens_per_step": trainer.items_per_step(),
+        "items_per_step": trainer.items_per_step(trainer.config),
+        "throughput_unit": trainer.throughput_unit,
         "parameters": sum(p.numel() for p in trainer.model.parameters()),
         "devices": trainer.devices,
         "chips": trainer.topology.chips,

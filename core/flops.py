@@ -33,9 +33,9 @@ def decoder_lm_forward_flops_per_token(
     return 2.0 * (weights + attention)
 
 
-def train_flops_per_token(forward_flops_per_token: float) -> float:
+def train_flops(forward_flops: float) -> float:
     """Backward costs twice the forward: 3x overall."""
-    return 3.0 * forward_flops_per_token
+    return 3.0 * forward_flops
 
 
 def calibrate_cpu_peak(

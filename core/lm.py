@@ -8,9 +8,8 @@ import dataclasses
 import torch
 import torch.nn.functional as F
 
-from core.data import DataConfig, TokenBatches
+from core.data import DataConfig, TokenBatches, load_tokenizer
 from core.errors import UserError
-from core.flops import train_flops_per_token
 from core.trainer import TrainConfig, Trainer
 
 
@@ -31,16 +30,18 @@ def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 class LMTrainer(Trainer):
     throughput_unit = "tokens"
 
-    def __init__(
-        self,
-        config: LMTrainConfig,
-        model,
-        rules,
-        remat,
-        *,
-        tokenizer,
-        forward_flops_per_token: float,
-    ):
+    @classmethod
+    def prepare(cls, config: LMTrainConfig) -> dict:
+        """Load the tokenizer (none for synthetic tokens) and give the model its ids."""
+        if config.data.source == "synthetic":
+            return {"tokenizer": None}
+        tokenizer = load_tokenizer(config.data.tokenizer)
+        config.model.bos_token_id = tokenizer.bos_token_id
+        config.model.eos_token_id = tokenizer.eos_token_id
+        config.model.pad_token_id = tokenizer.pad_token_id
+        return {"tokenizer": tokenizer}
+
+    def __init__(self, config: LMTrainConfig, model, rules, remat, *, tokenizer, **kwargs):
         import torch_xla.runtime as xr
 
         vocab = model.config.vocab_size
@@ -49,7 +50,7 @@ class LMTrainer(Trainer):
                 f"tokenizer has {len(tokenizer)} tokens but the model's vocab_size is "
                 f"{vocab}; set model.vocab_size={len(tokenizer)} or another tokenizer"
             )
-        super().__init__(config, model, rules, remat)
+        super().__init__(config, model, rules, remat, **kwargs)
         self.data = TokenBatches(
             config.data,
             tokenizer,
@@ -59,18 +60,30 @@ class LMTrainer(Trainer):
             xr.process_count(),
             vocab_size=vocab,
         )
-        self._flops_per_token = train_flops_per_token(forward_flops_per_token)
 
-    def forward(self, batch):
-        logits = self.model(batch["input_ids"])
-        return causal_lm_loss(logits, batch["labels"]), {}
+    @staticmethod
+    def loss(model, batch):
+        return causal_lm_loss(model(batch["input_ids"]), batch["labels"]), {}
 
     def host_batches(self, start: int):
         self.data.start = start
         return iter(self.data)
 
-    def items_per_step(self) -> int:
-        return self.config.global_batch_size * self.config.seq_len
+    @staticmethod
+    def items_per_step(config: LMTrainConfig) -> int:
+        return config.global_batch_size * config.seq_len
 
-    def flops_per_step(self) -> float:
-        return self._flops_per_token * self.items_per_step()
+
+def write_tokenizer_files(cfg, hf_config, folder) -> None:
+    """For a Hugging Face export: tokenizer files and a generation config with its special
+    tokens (none for runs trained on synthetic tokens)."""
+    from transformers import GenerationConfig
+
+    if cfg.data.source == "synthetic":
+        return
+    tokenizer = load_tokenizer(cfg.data.tokenizer)
+    tokenizer.save_pretrained(folder)
+    for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        setattr(hf_config, name, getattr(tokenizer, name))
+    GenerationConfig(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                     pad_token_id=tokenizer.pad_token_id).save_pretrained(folder)

@@ -1,10 +1,15 @@
 """The generic SPMD training loop. Knows no model: subclasses say how a batch becomes a loss.
 
 Override points:
-  forward(batch) -> (loss, aux)     the model call and loss (aux: dict of scalar tensors)
+  prepare(config) -> kwargs         (classmethod) before the model is built: load a tokenizer,
+                                    fix config values; the kwargs reach __init__
+  loss(model, batch) -> (loss, aux) (staticmethod) the model call and loss (aux: dict of
+                                    scalar tensors); the conformance tests call it directly
+  forward(batch) -> (loss, aux)     loss(self.model, batch) unless overridden
   train_step(batch) -> metrics      grad accumulation, clipping, optimizer and schedule step
   host_batches(start) -> iterator   this host's batches from global batch number `start`
-  flops_per_step() / items_per_step()  for MFU and throughput
+  items_per_step(config)            (staticmethod) throughput items per step, in
+                                    `throughput_unit`s; MFU = 3 x forward FLOPs per item x items
 
 The step is traced once and replayed: no `.item()`, no host transfers inside it; metrics are
 read in a step closure after the graph ran.
@@ -23,7 +28,7 @@ import torch
 
 from core import topology
 from core.checkpoint import Checkpointer
-from core.flops import calibrate_cpu_peak
+from core.flops import calibrate_cpu_peak, train_flops
 from core.inputs import device_loader
 from core.mesh import MeshConfig, axis_sizes, build_mesh
 from core.metrics import MetricsLogger, WandbConfig
@@ -70,7 +75,13 @@ class Trainer:
     throughput_unit = "tokens"  # metrics get `<unit>_per_s`
 
     def __init__(
-        self, config: TrainConfig, model: torch.nn.Module, rules: ShardingRules, remat: RematConfig
+        self,
+        config: TrainConfig,
+        model: torch.nn.Module,
+        rules: ShardingRules,
+        remat: RematConfig,
+        *,
+        forward_flops_per_item: float,
     ):
         import torch_xla
         import torch_xla.runtime as xr
@@ -89,22 +100,32 @@ class Trainer:
         self.optimizer = build_optimizer(config.optim, self.model.parameters())
         self.scheduler = build_schedule(config.schedule, self.optimizer, config.steps)
         self.checkpointer = Checkpointer(self.run_dir / "checkpoints", keep=config.keep_checkpoints)
+        self.forward_flops_per_item = forward_flops_per_item
         self.step = 0
         self.checkpoint_compiles = 0
         self._stop_requested = False
 
     # ---- override points -------------------------------------------------------------
-    def forward(self, batch: dict) -> tuple[torch.Tensor, dict]:
+    @classmethod
+    def prepare(cls, config: TrainConfig) -> dict:
+        return {}
+
+    @staticmethod
+    def loss(model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, dict]:
         raise NotImplementedError
+
+    def forward(self, batch: dict) -> tuple[torch.Tensor, dict]:
+        return self.loss(self.model, batch)
 
     def host_batches(self, start: int):
         raise NotImplementedError
 
-    def flops_per_step(self) -> float:
+    @staticmethod
+    def items_per_step(config: TrainConfig) -> int:
         raise NotImplementedError
 
-    def items_per_step(self) -> int:
-        raise NotImplementedError
+    def flops_per_step(self) -> float:
+        return train_flops(self.forward_flops_per_item) * self.items_per_step(self.config)
 
     def train_step(self, batch: dict) -> dict:
         accum = self.config.grad_accum
@@ -257,7 +278,7 @@ class _StepTracker:
             "lr": lr,
             "step_time_s": step_time,
         }
-        rate = trainer.items_per_step() / step_time
+        rate = trainer.items_per_step(trainer.config) / step_time
         metrics[f"{trainer.throughput_unit}_per_s"] = rate
         metrics[f"{trainer.throughput_unit}_per_s_per_chip"] = (
             rate / trainer.topology.chips if trainer.topology.is_tpu else rate / trainer.devices
@@ -282,7 +303,7 @@ class _StepTracker:
             "first_loss": self.history[0]["loss"],
             "last_loss": self.history[-1]["loss"],
             "median_step_time_s": median,
-            unit: self.trainer.items_per_step() / median,
+            unit: self.trainer.items_per_step(self.trainer.config) / median,
             "mfu": self.trainer.flops_per_step() / (median * self.peak),
             "compiles": self.history[-1]["compiles"],
         }

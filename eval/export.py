@@ -24,14 +24,17 @@ def export(checkpoint: str | Path, out: str | Path) -> Path:
     if out.exists():
         raise UserError(f"{out} already exists; remove it or choose another output folder")
     family, cfg, _ = load_run(checkpoint)
+    if family.hf_class is None:
+        raise UserError(f"{family.name} declares no Hugging Face class to export to")
     weights = load_checkpoint(checkpoint)
     tmp = out.with_name(out.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        hf_config = cfg.model.to_hf()
-        hf_config.architectures = [family.hf_architecture]
-        _write_tokenizer(cfg, hf_config, tmp)
+        hf_config = family.hf_config(cfg.model)
+        hf_config.architectures = [family.hf_class]
+        if family.write_hf_extras:
+            family.write_hf_extras(cfg, hf_config, tmp)
         hf_config.save_pretrained(tmp)
         _write_weights(weights, tmp)
     except BaseException:
@@ -39,23 +42,6 @@ def export(checkpoint: str | Path, out: str | Path) -> Path:
         raise
     tmp.rename(out)
     return out
-
-
-def _write_tokenizer(cfg, hf_config, folder: Path) -> None:
-    """Tokenizer files and a generation config with its special tokens (none for runs
-    trained on synthetic tokens)."""
-    from transformers import GenerationConfig
-
-    if cfg.data.source == "synthetic":
-        return
-    from core.data import load_tokenizer
-
-    tokenizer = load_tokenizer(cfg.data.tokenizer)
-    tokenizer.save_pretrained(folder)
-    for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
-        setattr(hf_config, name, getattr(tokenizer, name))
-    GenerationConfig(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                     pad_token_id=tokenizer.pad_token_id).save_pretrained(folder)
 
 
 def _write_weights(weights: dict, folder: Path) -> None:

@@ -11,7 +11,8 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from zoo.llama.config import LlamaConfig
-from zoo.llama.family import FAMILY, forward_flops_per_token
+from zoo.llama.family import FAMILY, forward_flops
+from zoo.train import load_run_config
 
 CONFIGS = {
     "mha": LlamaConfig(vocab_size=512, hidden_size=64, intermediate_size=160,
@@ -22,6 +23,12 @@ CONFIGS = {
     "long_seq": LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128,
                             num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1),
 }
+
+
+def forward_flops_per_token(config: LlamaConfig, seq: int, causal: bool) -> float:
+    _, run = load_run_config("llama-tiny", [f"seq_len={seq}"])
+    run.model = config
+    return forward_flops(run, causal=causal)
 
 
 def counted_forward_flops(config: LlamaConfig, batch: int, seq: int) -> int:
@@ -53,4 +60,5 @@ def test_llama_8b_training_flops_per_token_are_about_6n():
     """Sanity against the 6 x parameters rule of thumb (short sequence: attention small)."""
     config = FAMILY.sizes["8b"]
     params = 8.03e9 - config.vocab_size * config.hidden_size  # the input embedding is no matmul
-    assert 3 * forward_flops_per_token(config, 128) == pytest.approx(6 * params, rel=0.02)
+    flops = 3 * forward_flops_per_token(config, 128, causal=True)
+    assert flops == pytest.approx(6 * params, rel=0.02)

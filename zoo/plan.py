@@ -8,6 +8,7 @@ import dataclasses
 
 from core import config as config_lib
 from core import topology
+from core.flops import train_flops
 from core.mesh import resolve_axis_sizes
 from core.remat import RematConfig
 from core.sharding import ShardingRules, plan_params
@@ -57,8 +58,7 @@ def make_plan(model_name: str, slice_type: str, overrides: list[str], target_mfu
     per_device = -(-micro_batch // batch_devices)  # XLA pads a batch smaller than the mesh
     bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and topo.is_tpu)
     activations = family.activation_bytes(
-        cfg.model,
-        cfg.seq_len,
+        cfg,
         per_device,
         mesh["tensor"],
         bool(remat.checkpoint),
@@ -71,8 +71,8 @@ def make_plan(model_name: str, slice_type: str, overrides: list[str], target_mfu
         f"optimizer state ({cfg.optim.name})": states * param_bytes,
         **activations,
     }
-    tokens = cfg.global_batch_size * cfg.seq_len
-    flops = 3 * family.forward_flops_per_token(cfg.model, cfg.seq_len) * tokens
+    items = family.trainer_cls.items_per_step(cfg)
+    flops = train_flops(family.forward_flops(cfg)) * items
     peak = (topo.peak_bf16_flops_per_chip or 0) * topo.chips
     return Plan(
         model_name,

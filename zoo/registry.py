@@ -17,19 +17,30 @@ FAMILIES = {
 
 @dataclasses.dataclass(frozen=True)
 class ModelFamily:
+    """Everything the shared runtime, bench, plan, export and the conformance suite need to
+    know about a family. Field order: required first, Hugging Face interop last (optional)."""
+
     name: str
     config_cls: type  # dataclass of architecture hyper-parameters
-    sizes: dict  # size name -> config instance
-    build: Callable  # config -> nn.Module (weights initialised)
+    sizes: dict  # size name -> config instance; "tiny" is the one the tests train
+    build: Callable  # (config, init=True, seed=0) -> nn.Module (weights initialised)
     train_config_cls: type  # dataclass schema of everything else in a training run
     trainer_cls: type  # core.trainer.Trainer subclass
     presets_dir: Path  # holds sharding/*.yaml and remat/*.yaml
-    forward_flops_per_token: Callable  # (config, seq_len) -> forward matmul FLOPs per token
-    load_hf: Callable  # (model, hf_dir) -> None: load a Hugging Face checkpoint's weights
-    config_from_hf: Callable  # hf_dir -> config
-    hf_architecture: str  # transformers class an export loads as, e.g. LlamaForCausalLM
-    # (config, seq_len, batch_per_device, tensor, remat, bytes_per_value, on_tpu) -> {term: bytes}
+    # The callables below take a run config (train_config_cls + `model`: the architecture).
+    # (run, causal=True) -> forward matmul FLOPs per item, where an item is the trainer's
+    # throughput unit (a token for LMs, an example for a classifier)
+    forward_flops: Callable
+    # (run, batch_per_device, tensor, remat, bytes_per_value, on_tpu) -> {term: bytes/device}
     activation_bytes: Callable
+    # (run, seed=0) -> a host batch of run.global_batch_size examples in the trainer's format
+    example_batch: Callable
+    hf_class: str | None = None  # transformers class an export loads as
+    hf_config: Callable | None = None  # model config -> transformers PretrainedConfig
+    config_from_hf: Callable | None = None  # hf_dir -> model config
+    load_hf: Callable | None = None  # (model, hf_dir) -> None: load HF weights into the model
+    # (run config, hf config, folder) -> None: tokenizer / image processor / generation files
+    write_hf_extras: Callable | None = None
 
     def preset(self, kind: str, name: str) -> Path:
         path = self.presets_dir / kind / f"{name}.yaml"
@@ -60,9 +71,9 @@ def resolve(model_name: str) -> tuple[ModelFamily, str]:
 def family_for_hf_architecture(architecture: str) -> ModelFamily:
     """The family an exported Hugging Face folder (config.json `architectures`) belongs to."""
     for name in FAMILIES:
-        if family(name).hf_architecture == architecture:
+        if family(name).hf_class == architecture:
             return family(name)
-    known = ", ".join(family(name).hf_architecture for name in FAMILIES)
+    known = ", ".join(family(name).hf_class for name in FAMILIES if family(name).hf_class)
     raise UserError(f"no zoo model family for Hugging Face class {architecture}; known: {known}")
 
 

@@ -71,19 +71,16 @@ def build_trainer(model_name: str, overrides: list[str], config_files=(), build_
     rules_path = family.preset("sharding", cfg.sharding)
     remat_path = family.preset("remat", cfg.remat)
     if cfg.init_from:
+        if family.load_hf is None:
+            raise UserError(f"{family.name} cannot load Hugging Face checkpoints (--init-from)")
         cfg.model = family.config_from_hf(cfg.init_from)
     runtime.configure()
-    from core.data import load_tokenizer
     from core.remat import RematConfig
     from core.sharding import ShardingRules
 
     rules = ShardingRules.from_yaml(rules_path)
     remat = config_lib.load(RematConfig, files=[remat_path])
-    tokenizer = None if cfg.data.source == "synthetic" else load_tokenizer(cfg.data.tokenizer)
-    if tokenizer is not None:
-        cfg.model.bos_token_id = tokenizer.bos_token_id
-        cfg.model.eos_token_id = tokenizer.eos_token_id
-        cfg.model.pad_token_id = tokenizer.pad_token_id
+    resources = family.trainer_cls.prepare(cfg)
     import torch_xla.runtime as xr
 
     xr.use_spmd()
@@ -95,8 +92,8 @@ def build_trainer(model_name: str, overrides: list[str], config_files=(), build_
         model,
         rules,
         remat,
-        tokenizer=tokenizer,
-        forward_flops_per_token=family.forward_flops_per_token(cfg.model, cfg.seq_len),
+        forward_flops_per_item=family.forward_flops(cfg),
+        **resources,
     )
     return cfg, trainer
 

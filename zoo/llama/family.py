@@ -2,8 +2,10 @@
 
 from pathlib import Path
 
+import torch
+
 from core.flops import decoder_lm_forward_flops_per_token
-from core.lm import LMTrainConfig, LMTrainer
+from core.lm import LMTrainConfig, LMTrainer, write_tokenizer_files
 from core.memory import decoder_stack_activation_bytes
 from zoo.llama.config import SIZES, LlamaConfig
 from zoo.llama.hf import config_from_hf, load_hf
@@ -18,7 +20,9 @@ def build(config: LlamaConfig, init: bool = True, seed: int = 0) -> LlamaForCaus
     return model
 
 
-def forward_flops_per_token(config: LlamaConfig, seq_len: int, causal: bool = True) -> float:
+def forward_flops(run, causal: bool = True) -> float:
+    """Forward matmul FLOPs per token at the run's sequence length."""
+    config = run.model
     return decoder_lm_forward_flops_per_token(
         layers=config.num_hidden_layers,
         hidden=config.hidden_size,
@@ -27,24 +31,24 @@ def forward_flops_per_token(config: LlamaConfig, seq_len: int, causal: bool = Tr
         head_dim=config.dim_per_head,
         intermediate=config.intermediate_size,
         vocab=config.vocab_size,
-        seq_len=seq_len,
+        seq_len=run.seq_len,
         causal=causal,
     )
 
 
 def activation_bytes(
-    config: LlamaConfig,
-    seq_len: int,
+    run,
     batch_per_device: int,
     tensor: int,
     remat: bool,
     bytes_per_value: int,
     on_tpu: bool,
 ) -> dict[str, float]:
+    config = run.model
     flash = config.attention == "flash" or (config.attention == "auto" and on_tpu)
     return decoder_stack_activation_bytes(
         layers=config.num_hidden_layers,
-        seq=seq_len,
+        seq=run.seq_len,
         batch=batch_per_device,
         hidden=config.hidden_size,
         heads=config.num_attention_heads,
@@ -56,6 +60,16 @@ def activation_bytes(
     )
 
 
+def example_batch(run, seed: int = 0) -> dict:
+    """Random tokens with a few masked labels, the format LMTrainer feeds the model."""
+    generator = torch.Generator().manual_seed(seed)
+    shape = (run.global_batch_size, run.seq_len)
+    ids = torch.randint(0, run.model.vocab_size, shape, generator=generator)
+    labels = ids.clone()
+    labels[0, :5] = -100
+    return {"input_ids": ids, "labels": labels}
+
+
 FAMILY = ModelFamily(
     name="llama",
     config_cls=LlamaConfig,
@@ -64,9 +78,12 @@ FAMILY = ModelFamily(
     train_config_cls=LMTrainConfig,
     trainer_cls=LMTrainer,
     presets_dir=Path(__file__).parent,
-    forward_flops_per_token=forward_flops_per_token,
-    load_hf=load_hf,
-    config_from_hf=config_from_hf,
-    hf_architecture="LlamaForCausalLM",
+    forward_flops=forward_flops,
     activation_bytes=activation_bytes,
+    example_batch=example_batch,
+    hf_class="LlamaForCausalLM",
+    hf_config=LlamaConfig.to_hf,
+    config_from_hf=config_from_hf,
+    load_hf=load_hf,
+    write_hf_extras=write_tokenizer_files,
 )
