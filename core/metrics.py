@@ -23,8 +23,15 @@ class WandbConfig:
 
 class MetricsLogger:
     def __init__(
-        self, run_dir: Path, total_steps: int, start_step: int, wandb: WandbConfig, config: dict
+        self,
+        run_dir: Path,
+        total_steps: int,
+        start_step: int,
+        wandb: WandbConfig,
+        config: dict,
+        unit: str = "tokens",
     ):
+        self.unit = unit
         self.path = Path(run_dir) / "metrics.jsonl"
         _drop_records_after(self.path, start_step)  # a resumed run rewrites those steps
         self.file = self.path.open("a")
@@ -37,9 +44,11 @@ class MetricsLogger:
         """Every step: advance the bar and show the latest numbers."""
         self.bar.update(1)
         self.bar.set_postfix(
-            loss=f"{metrics['loss']:.3f}",
-            tok_s=f"{metrics['tokens_per_s']:.0f}",
-            mfu=f"{metrics['mfu']:.1%}",
+            {
+                "loss": f"{metrics['loss']:.3f}",
+                f"{self.unit}/s": f"{metrics[f'{self.unit}_per_s']:.0f}",
+                "mfu": f"{metrics['mfu']:.1%}",
+            },
             refresh=False,
         )
 

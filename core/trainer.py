@@ -10,6 +10,8 @@ Override points:
   host_batches(start) -> iterator   this host's batches from global batch number `start`
   items_per_step(config)            (staticmethod) throughput items per step, in
                                     `throughput_unit`s; MFU = 3 x forward FLOPs per item x items
+  after_step(step) -> dict | None   after each step ran (e.g. a validation pass); a returned
+                                    dict is logged as its own metrics record for that step
 
 The step is traced once and replayed: no `.item()`, no host transfers inside it; metrics are
 read in a step closure after the graph ran.
@@ -124,6 +126,9 @@ class Trainer:
     def items_per_step(config: TrainConfig) -> int:
         raise NotImplementedError
 
+    def after_step(self, step: int) -> dict | None:
+        return None
+
     def flops_per_step(self) -> float:
         return train_flops(self.forward_flops_per_item) * self.items_per_step(self.config)
 
@@ -165,6 +170,7 @@ class Trainer:
             start,
             self.config.wandb,
             dataclasses.asdict(self.config),
+            unit=self.throughput_unit,
         )
         logger.note(
             f"mesh {axis_sizes(self.mesh)} on {self.devices} devices; "
@@ -181,6 +187,9 @@ class Trainer:
                 xm.add_step_closure(self._tracker.done, args=(step + 1, values, lr, batch))
                 torch_xla.sync()
                 self.step = step + 1
+                extra = self.after_step(self.step)
+                if extra:
+                    logger.record({"step": self.step, **extra})
                 if (
                     self._stop_requested
                     or self.step % self.config.checkpoint_every == 0
@@ -296,14 +305,14 @@ class _StepTracker:
             return {}
         steady = self.history[WARMUP_STEPS:] or self.history
         median = sorted(m["step_time_s"] for m in steady)[len(steady) // 2]
-        unit = f"{self.trainer.throughput_unit}_per_s"
         return {
             "first_step": self.history[0]["step"],
             "last_step": self.history[-1]["step"],
             "first_loss": self.history[0]["loss"],
             "last_loss": self.history[-1]["loss"],
             "median_step_time_s": median,
-            unit: self.trainer.items_per_step(self.trainer.config) / median,
+            "unit": self.trainer.throughput_unit,
+            "items_per_s": self.trainer.items_per_step(self.trainer.config) / median,
             "mfu": self.trainer.flops_per_step() / (median * self.peak),
             "compiles": self.history[-1]["compiles"],
         }

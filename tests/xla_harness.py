@@ -18,11 +18,13 @@ def xla_cpu_env(devices: int) -> dict:
             "TF_CPP_MIN_LOG_LEVEL": "2"}
 
 
-def run_workers(script: Path, device_counts, out_dir: Path, timeout: int = 900) -> dict:
-    """Run `python script OUT.pt` once per device count; returns {count: loaded results}."""
+def run_workers(script: Path, device_counts, out_dir: Path, timeout: int = 900,
+                args=()) -> dict:
+    """Run `python script OUT.pt *args` once per device count; returns {count: results}."""
     procs = {}
     for n in device_counts:
-        procs[n] = subprocess.Popen([sys.executable, str(script), str(out_dir / f"{n}.pt")],
+        command = [sys.executable, str(script), str(out_dir / f"{n}.pt"), *args]
+        procs[n] = subprocess.Popen(command,
                                     env=xla_cpu_env(n), stdout=subprocess.PIPE,
                                     stderr=subprocess.STDOUT, text=True)
     results = {}

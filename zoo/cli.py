@@ -121,10 +121,14 @@ def train(model, overrides, tpu, steps, out, init_from, config_files, prompt):
     click.echo(
         f"done: steps {summary['first_step']}-{summary['last_step']}, loss "
         f"{summary['first_loss']:.3f} -> {summary['last_loss']:.3f}, median step "
-        f"{summary['median_step_time_s']:.3f} s, {summary['tokens_per_s']:,.0f} tokens/s, "
+        f"{summary['median_step_time_s']:.3f} s, {summary['items_per_s']:,.0f} "
+        f"{summary['unit']}/s, "
         f"MFU {summary['mfu']:.1%}, {summary['compiles']} compiles; run folder {cfg.out}"
     )
-    if cfg.data.source != "synthetic":
+    from core.lm import LMTrainer
+    from zoo.registry import resolve
+
+    if issubclass(resolve(model)[0].trainer_cls, LMTrainer) and cfg.data.source != "synthetic":
         from zoo.generate import generate, load_for_generation
 
         model_, tokenizer = load_for_generation(cfg.out)

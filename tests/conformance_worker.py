@@ -1,0 +1,111 @@
+"""The device-side half of the conformance suite (tests/test_conformance.py), for the tiny
+size of each family named on the command line, on however many XLA CPU devices this process
+has:
+
+- forward + backward of the family's own training loss on its example batch under every
+  sharding preset (remat none): loss, gradients and actual shards, compared across device
+  counts by the test;
+- with more than one device, a 2-step `zoo train` run on synthetic data that saves a
+  checkpoint, then a fresh trainer that resumes from it: the restored weights and optimizer
+  state must equal the saved ones. The run folder is kept for the HF export test.
+
+Usage: python tests/conformance_worker.py OUT.pt FAMILY [FAMILY ...]
+"""
+
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+os.environ.setdefault("PJRT_DEVICE", "CPU")
+
+import torch  # noqa: E402
+import torch_xla.runtime as xr  # noqa: E402
+from xla_harness import sharded_loss_and_grads  # noqa: E402
+
+from core import config as config_lib  # noqa: E402
+from core.mesh import MeshConfig  # noqa: E402
+from core.remat import RematConfig  # noqa: E402
+from core.sharding import ShardingRules  # noqa: E402
+from zoo.registry import family  # noqa: E402
+from zoo.train import build_trainer, load_run_config  # noqa: E402
+
+
+def preset_names(fam) -> list[str]:
+    return sorted(p.stem for p in (fam.presets_dir / "sharding").glob("*.yaml"))
+
+
+def mesh_for(rules: ShardingRules, devices: int) -> MeshConfig:
+    """fsdp over everything, or fsdp x tensor=2 when the preset uses the tensor axis."""
+    uses_tensor = any(
+        "tensor" in str(rule.spec) for rule in (*rules.params, *rules.activations)
+    )
+    return MeshConfig(tensor=2) if uses_tensor and devices > 1 else MeshConfig()
+
+
+def presets_forward_backward(name: str) -> dict:
+    fam = family(name)
+    _, run = load_run_config(f"{name}-tiny", [])
+    batch = fam.example_batch(run, seed=0)
+    devices = xr.global_runtime_device_count()
+    results = {}
+    for preset in preset_names(fam):
+        rules = ShardingRules.from_yaml(fam.preset("sharding", preset))
+        results[preset] = sharded_loss_and_grads(
+            fam.build(run.model, seed=0),
+            lambda model, b: fam.trainer_cls.loss(model, b)[0],
+            batch,
+            rules,
+            RematConfig(),
+            mesh_for(rules, devices),
+        )
+    return results
+
+
+def state_on_host(trainer) -> dict:
+    import torch_xla
+
+    torch_xla.sync()
+    model = {k: v.cpu() for k, v in trainer.model.state_dict().items()}
+    optimizer = {
+        f"{i}.{k}": v.cpu()
+        for i, state in enumerate(trainer.optimizer.state.values())
+        for k, v in state.items()
+        if isinstance(v, torch.Tensor)
+    }
+    return {"model": model, "optimizer": optimizer, "step": trainer.step}
+
+
+def checkpoint_round_trip(name: str, run_dir: Path) -> dict:
+    devices = xr.global_runtime_device_count()
+    overrides = [
+        f"tpu=cpu-{devices}",
+        f"out={run_dir}",
+        "steps=2",
+        "checkpoint_every=2",
+        "data.source=synthetic",
+        "log_every=1",
+    ]
+    cfg, trainer = build_trainer(f"{name}-tiny", overrides)
+    config_lib.write_resolved(cfg, run_dir)
+    summary = trainer.fit()
+    saved = state_on_host(trainer)
+    _, resumed = build_trainer(f"{name}-tiny", overrides)
+    resumed.step = resumed._resume()
+    return {"summary": summary, "saved": saved, "restored": state_on_host(resumed)}
+
+
+def main(out: str, names: list[str]):
+    xr.use_spmd()
+    results = {"devices": xr.global_runtime_device_count(), "presets": {}, "checkpoints": {}}
+    for name in names:
+        results["presets"][name] = presets_forward_backward(name)
+        if results["devices"] > 1:
+            run_dir = Path(out).parent / f"run-{name}"
+            results["checkpoints"][name] = checkpoint_round_trip(name, run_dir)
+    torch.save(results, out)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2:])

@@ -1,0 +1,163 @@
+"""The conformance suite: every registered family and size meets the contract the shared
+runtime relies on. A new family is checked here as soon as it has its registry line.
+
+- every size builds on the meta device, with the parameter count of its Hugging Face class;
+- every sharding preset matches every parameter (and activation) of every size, strictly,
+  and a forgotten rule fails with a message that says what to add;
+- every remat preset names layers and stacks the model has;
+- the tiny size trains: forward + backward under every sharding preset, equal on 4 XLA CPU
+  devices and on 1, with the planned shards; a checkpoint saved by a real `zoo train` run
+  restores exactly; the export loads in transformers with the same loss;
+- the analytic FLOPs (full attention) match torch's FlopCounterMode within 2%.
+"""
+
+import dataclasses
+import functools
+import inspect
+from pathlib import Path
+
+import pytest
+import torch
+from conformance_worker import mesh_for, preset_names
+from xla_harness import assert_same_loss_and_grads, run_workers
+
+from core import config as config_lib
+from core.mesh import resolve_axis_sizes
+from core.remat import RematConfig, apply_remat
+from core.sharding import ShardingError, ShardingRules, match_activations, plan_params
+from zoo.registry import FAMILIES, family
+from zoo.train import load_run_config
+
+HERE = Path(__file__).resolve().parent
+SIZES = [(name, size) for name in FAMILIES for size in family(name).sizes]
+PRESETS = [(name, p) for name in FAMILIES for p in preset_names(family(name))]
+REMATS = [
+    (name, p.stem) for name in FAMILIES for p in (family(name).presets_dir / "remat").glob("*.yaml")
+]
+# fp32; sharding only reorders reductions.
+XLA_TOL = {"rtol": 1e-4, "atol": 1e-5}
+
+
+@functools.cache
+def meta_model(name: str, size: str):
+    fam = family(name)
+    with torch.device("meta"):
+        return fam.build(fam.sizes[size], init=False)
+
+
+def hf_class(fam):
+    import transformers
+
+    return getattr(transformers, fam.hf_class)
+
+
+@pytest.mark.parametrize("name,size", SIZES)
+def test_every_size_builds_on_meta_with_the_hf_parameter_count(name, size):
+    fam = family(name)
+    ours = sum(p.numel() for p in meta_model(name, size).parameters())
+    assert ours > 0
+    if fam.hf_class:
+        with torch.device("meta"):
+            theirs = hf_class(fam)(fam.hf_config(fam.sizes[size]))
+        assert ours == sum(p.numel() for p in theirs.parameters())
+
+
+@pytest.mark.parametrize("name,preset", PRESETS)
+def test_sharding_preset_covers_every_size_strictly(name, preset):
+    fam = family(name)
+    rules = ShardingRules.from_yaml(fam.preset("sharding", preset))
+    axes = resolve_axis_sizes(mesh_for(rules, devices=8), 8)
+    for size in fam.sizes:
+        model = meta_model(name, size)
+        plan = plan_params(model, rules, axes)
+        assert {p.name for p in plan} == {n for n, _ in model.named_parameters()}
+        match_activations(model, rules)
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_a_forgotten_sharding_rule_says_what_to_add(name):
+    fam = family(name)
+    rules = ShardingRules.from_yaml(fam.preset("sharding", "fsdp"))
+    forgotten = next(r for r in rules.params if not r.optional)
+    dropped = dataclasses.replace(rules, params=tuple(r for r in rules.params if r != forgotten))
+    with pytest.raises(ShardingError, match="no sharding rule covers param .*: add a pattern"):
+        plan_params(meta_model(name, "tiny"), dropped, {"fsdp": 8})
+
+
+@pytest.mark.parametrize("name,remat", REMATS)
+def test_remat_preset_names_real_layers(name, remat):
+    fam = family(name)
+    preset = config_lib.load(RematConfig, files=[fam.preset("remat", remat)])
+    apply_remat(fam.build(fam.sizes["tiny"], init=False), preset)  # raises on unknown names
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Worker results by device count, plus the folder holding the 4-device run folders."""
+    out = tmp_path_factory.mktemp("conformance")
+    return {**run_workers(HERE / "conformance_worker.py", (1, 4), out, args=list(FAMILIES)),
+            "dir": out}
+
+
+@pytest.mark.parametrize("name,preset", PRESETS)
+def test_tiny_trains_equally_on_4_devices_and_1(runs, name, preset):
+    single, sharded = runs[1]["presets"][name][preset], runs[4]["presets"][name][preset]
+    assert torch.isfinite(single["loss"])
+    assert any(g.abs().sum() > 0 for g in single["grads"].values())
+    assert_same_loss_and_grads(sharded, single, XLA_TOL)
+    assert sharded["actual_shards"] == {n: {s} for n, s in sharded["planned_shards"].items()}
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_checkpoint_restores_exactly(runs, name):
+    result = runs[4]["checkpoints"][name]
+    assert result["summary"]["last_step"] == 2
+    saved, restored = result["saved"], result["restored"]
+    assert restored["step"] == saved["step"] == 2
+    for part in ("model", "optimizer"):
+        assert saved[part].keys() == restored[part].keys() and saved[part]
+        for key, value in saved[part].items():
+            assert torch.equal(restored[part][key], value), f"{part} {key}"
+
+
+def loss_on_example(name: str, forward) -> torch.Tensor:
+    fam = family(name)
+    _, run = load_run_config(f"{name}-tiny", [])
+    return forward(fam.example_batch(run, seed=0))
+
+
+@pytest.mark.parametrize("name", [n for n in FAMILIES if family(n).hf_class])
+def test_export_loads_in_transformers_with_the_same_loss(runs, name, tmp_path):
+    from core.checkpoint import load_checkpoint
+    from eval.export import export
+
+    fam = family(name)
+    run_dir = runs["dir"] / f"run-{name}"
+    out = export(run_dir, tmp_path / "hf")
+    theirs = hf_class(fam).from_pretrained(out).eval()
+    ours = fam.build(fam.sizes["tiny"], init=False)
+    ours.load_state_dict(load_checkpoint(run_dir), strict=True)
+    accepted = inspect.signature(theirs.forward).parameters
+
+    def hf_loss(batch):
+        return theirs(**{k: v for k, v in batch.items() if k in accepted}).loss
+
+    with torch.no_grad():
+        expected = loss_on_example(name, lambda b: fam.trainer_cls.loss(ours, b)[0])
+        torch.testing.assert_close(loss_on_example(name, hf_loss), expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_analytic_flops_match_flop_counter(name):
+    """FlopCounterMode counts every matmul/conv the forward runs, attention in full; the
+    analytic count with causal=False counts the same, so they must agree within 2%."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    fam = family(name)
+    _, run = load_run_config(f"{name}-tiny", [])
+    model = fam.build(run.model, seed=0)
+    batch = fam.example_batch(run, seed=0)
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        fam.trainer_cls.loss(model, batch)
+    analytic = fam.forward_flops(run, causal=False) * fam.trainer_cls.items_per_step(run)
+    assert analytic == pytest.approx(counter.get_total_flops(), rel=0.02)
