@@ -74,6 +74,16 @@ class LMTrainer(Trainer):
         return config.global_batch_size * config.seq_len
 
 
+def lm_example_batch(run: LMTrainConfig, seed: int = 0) -> dict:
+    """Random tokens with a few masked labels: a batch in LMTrainer's format, for tests."""
+    generator = torch.Generator().manual_seed(seed)
+    shape = (run.global_batch_size, run.seq_len)
+    ids = torch.randint(0, run.model.vocab_size, shape, generator=generator)
+    labels = ids.clone()
+    labels[0, :5] = -100
+    return {"input_ids": ids, "labels": labels}
+
+
 def write_tokenizer_files(cfg, hf_config, folder) -> None:
     """For a Hugging Face export: tokenizer files and a generation config with its special
     tokens (none for runs trained on synthetic tokens)."""

@@ -92,15 +92,24 @@ def test_remat_preset_names_real_layers(name, remat):
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    """Worker results by device count, plus the folder holding the 4-device run folders."""
-    out = tmp_path_factory.mktemp("conformance")
-    return {**run_workers(HERE / "conformance_worker.py", (1, 4), out, args=list(FAMILIES)),
-            "dir": out}
+def worker_runs(tmp_path_factory):
+    """name -> worker results by device count, plus the folder of the 4-device run; each
+    family's workers run once, when a selected test first needs them."""
+    cache = {}
+
+    def runs(name: str) -> dict:
+        if name not in cache:
+            out = tmp_path_factory.mktemp(f"conformance-{name}")
+            results = run_workers(HERE / "conformance_worker.py", (1, 4), out, args=[name])
+            cache[name] = {**results, "dir": out / f"run-{name}"}
+        return cache[name]
+
+    return runs
 
 
 @pytest.mark.parametrize("name,preset", PRESETS)
-def test_tiny_trains_equally_on_4_devices_and_1(runs, name, preset):
+def test_tiny_trains_equally_on_4_devices_and_1(worker_runs, name, preset):
+    runs = worker_runs(name)
     single, sharded = runs[1]["presets"][name][preset], runs[4]["presets"][name][preset]
     assert torch.isfinite(single["loss"])
     assert any(g.abs().sum() > 0 for g in single["grads"].values())
@@ -109,8 +118,8 @@ def test_tiny_trains_equally_on_4_devices_and_1(runs, name, preset):
 
 
 @pytest.mark.parametrize("name", FAMILIES)
-def test_checkpoint_restores_exactly(runs, name):
-    result = runs[4]["checkpoints"][name]
+def test_checkpoint_restores_exactly(worker_runs, name):
+    result = worker_runs(name)[4]["checkpoints"][name]
     assert result["summary"]["last_step"] == 2
     saved, restored = result["saved"], result["restored"]
     assert restored["step"] == saved["step"] == 2
@@ -127,12 +136,12 @@ def loss_on_example(name: str, forward) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("name", [n for n in FAMILIES if family(n).hf_class])
-def test_export_loads_in_transformers_with_the_same_loss(runs, name, tmp_path):
+def test_export_loads_in_transformers_with_the_same_loss(worker_runs, name, tmp_path):
     from core.checkpoint import load_checkpoint
     from eval.export import export
 
     fam = family(name)
-    run_dir = runs["dir"] / f"run-{name}"
+    run_dir = worker_runs(name)["dir"]
     out = export(run_dir, tmp_path / "hf")
     theirs = hf_class(fam).from_pretrained(out).eval()
     ours = fam.build(fam.sizes["tiny"], init=False)

@@ -151,6 +151,36 @@ def generate_command(run_or_checkpoint, prompt, max_new_tokens, temperature, top
     click.echo(generate(model, tokenizer, prompt, max_new_tokens, temperature, top_k, seed))
 
 
+@cli.command("new-model")
+@click.argument("name")
+@click.option(
+    "--dir",
+    "parent",
+    type=click.Path(file_okay=False),
+    help="Create the family here (out of tree, registered with ZOO_FAMILIES) instead of zoo/.",
+)
+def new_model(name, parent):
+    """Start a model family NAME from the template: a folder that trains as is.
+
+    In zoo/ it is registered with one line in zoo/registry.py. Then see CONTRIBUTING.md.
+    """
+    from pathlib import Path
+
+    from zoo.scaffold import scaffold
+
+    target = scaffold(name, Path(parent) if parent else None)
+    click.echo(f"created {target}/ (config, model, family, sharding/, remat/)")
+    if parent:
+        click.echo(
+            f"register it: export ZOO_FAMILIES={name}={name}.family "
+            f"PYTHONPATH={Path(parent).resolve()}"
+        )
+    else:
+        click.echo(f'registered: "{name}": "zoo.{name}.family" in zoo/registry.py')
+    click.echo(f"next: zoo train {name}-tiny --tpu cpu-4 --steps 50; "
+               f"pytest tests/test_conformance.py -k {name}")
+
+
 @cli.command()
 @click.option("--mfu", is_flag=True, help="Measure the peak (CPU calibration) and report MFU.")
 @click.option("--suite", default="default", show_default=True, help="Suite name or YAML path.")

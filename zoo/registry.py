@@ -1,10 +1,14 @@
 """The model zoo: one line per family. A family module exposes `FAMILY` (a ModelFamily);
-models are named `<family>-<size>`, e.g. llama-1b."""
+models are named `<family>-<size>`, e.g. llama-1b.
+
+Families outside this repo register through the environment, without editing this file:
+ZOO_FAMILIES="mynet=my_pkg.mynet.family,other=..." (modules importable from PYTHONPATH)."""
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,6 +17,16 @@ from core.errors import UserError
 FAMILIES = {
     "llama": "zoo.llama.family",
 }
+
+
+def _external_families(spec: str) -> dict[str, str]:
+    pairs = [item.partition("=") for item in spec.split(",") if item.strip()]
+    if any(not name or not module for name, _, module in pairs):
+        raise UserError(f"ZOO_FAMILIES='{spec}' must look like name=package.module,name2=...")
+    return {name.strip(): module.strip() for name, _, module in pairs}
+
+
+FAMILIES.update(_external_families(os.environ.get("ZOO_FAMILIES", "")))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,10 +2,8 @@
 
 from pathlib import Path
 
-import torch
-
 from core.flops import decoder_lm_forward_flops_per_token
-from core.lm import LMTrainConfig, LMTrainer, write_tokenizer_files
+from core.lm import LMTrainConfig, LMTrainer, lm_example_batch, write_tokenizer_files
 from core.memory import decoder_stack_activation_bytes
 from zoo.llama.config import SIZES, LlamaConfig
 from zoo.llama.hf import config_from_hf, load_hf
@@ -60,16 +58,6 @@ def activation_bytes(
     )
 
 
-def example_batch(run, seed: int = 0) -> dict:
-    """Random tokens with a few masked labels, the format LMTrainer feeds the model."""
-    generator = torch.Generator().manual_seed(seed)
-    shape = (run.global_batch_size, run.seq_len)
-    ids = torch.randint(0, run.model.vocab_size, shape, generator=generator)
-    labels = ids.clone()
-    labels[0, :5] = -100
-    return {"input_ids": ids, "labels": labels}
-
-
 FAMILY = ModelFamily(
     name="llama",
     config_cls=LlamaConfig,
@@ -80,7 +68,7 @@ FAMILY = ModelFamily(
     presets_dir=Path(__file__).parent,
     forward_flops=forward_flops,
     activation_bytes=activation_bytes,
-    example_batch=example_batch,
+    example_batch=lm_example_batch,
     hf_class="LlamaForCausalLM",
     hf_config=LlamaConfig.to_hf,
     config_from_hf=config_from_hf,

@@ -1,0 +1,59 @@
+"""`zoo new-model`: the template becomes a family that passes the conformance suite as is,
+and the suite tells a contributor which sharding rule they forgot."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from core.errors import UserError
+from zoo import scaffold
+
+HERE = Path(__file__).resolve().parent
+
+
+def conformance(ext: Path, name: str, selection: str):
+    env = {**os.environ, "ZOO_FAMILIES": f"{name}={name}.family", "PYTHONPATH": str(ext),
+           "TF_CPP_MIN_LOG_LEVEL": "2"}
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         str(HERE / "test_conformance.py"), "-k", selection],
+        env=env, capture_output=True, text=True, timeout=900, cwd=HERE.parent,
+    )
+
+
+def test_scaffolded_family_passes_the_conformance_suite(tmp_path):
+    scaffold.scaffold("demo_net", tmp_path)
+    family_py = (tmp_path / "demo_net" / "family.py").read_text()
+    assert 'name="demo_net"' in family_py and "DemoNetForCausalLM" in family_py
+    result = conformance(tmp_path, "demo_net", "demo_net")
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert " passed" in result.stdout and "failed" not in result.stdout
+
+
+def test_a_forgotten_sharding_rule_fails_with_what_to_add(tmp_path):
+    scaffold.scaffold("demo_net", tmp_path)
+    rules = tmp_path / "demo_net" / "sharding" / "fsdp.yaml"
+    rules.write_text(rules.read_text().replace("  lm_head.weight: [fsdp, null]\n", ""))
+    result = conformance(tmp_path, "demo_net", "demo_net and covers_every_size")
+    assert result.returncode == 1
+    assert "no sharding rule covers param 'lm_head.weight': add a pattern" in result.stdout
+
+
+def test_in_repo_scaffold_adds_one_registry_line(tmp_path, monkeypatch):
+    registry = tmp_path / "registry.py"
+    registry.write_text('FAMILIES = {\n    "llama": "zoo.llama.family",\n}\n\nrest = 1\n')
+    monkeypatch.setattr(scaffold, "REGISTRY", registry)
+    scaffold.register("demo_net")
+    assert registry.read_text() == (
+        'FAMILIES = {\n    "llama": "zoo.llama.family",\n    "demo_net": "zoo.demo_net.family",\n'
+        "}\n\nrest = 1\n"
+    )
+
+
+@pytest.mark.parametrize("name", ["Demo", "demo-net", "llama", "9lives"])
+def test_bad_names_are_refused(name, tmp_path):
+    with pytest.raises(UserError):
+        scaffold.scaffold(name, tmp_path)

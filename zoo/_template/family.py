@@ -1,0 +1,67 @@
+"""Registry entry for MyModel: what the runtime, bench, plan and conformance suite call."""
+
+from pathlib import Path
+
+from core.flops import decoder_lm_forward_flops_per_token
+from core.lm import LMTrainConfig, LMTrainer, lm_example_batch
+from core.memory import decoder_stack_activation_bytes
+from zoo.registry import ModelFamily
+
+from .config import SIZES, MyModelConfig
+from .model import MyModelForCausalLM
+
+
+def build(config: MyModelConfig, init: bool = True, seed: int = 0) -> MyModelForCausalLM:
+    model = MyModelForCausalLM(config)
+    if init:
+        model.init_weights(seed)
+    return model
+
+
+def forward_flops(run, causal: bool = True) -> float:
+    """Forward matmul FLOPs per token (the position embedding is a lookup, not a matmul)."""
+    config = run.model
+    return decoder_lm_forward_flops_per_token(
+        layers=config.num_layers,
+        hidden=config.hidden_size,
+        heads=config.num_heads,
+        kv_heads=config.num_heads,
+        head_dim=config.hidden_size // config.num_heads,
+        intermediate=config.mlp_ratio * config.hidden_size,
+        vocab=config.vocab_size,
+        seq_len=run.seq_len,
+        gated_mlp=False,
+        causal=causal,
+    )
+
+
+def activation_bytes(run, batch_per_device, tensor, remat, bytes_per_value, on_tpu):
+    config = run.model
+    return decoder_stack_activation_bytes(
+        layers=config.num_layers,
+        seq=run.seq_len,
+        batch=batch_per_device,
+        hidden=config.hidden_size,
+        heads=config.num_heads,
+        vocab=config.vocab_size,
+        tensor=tensor,
+        remat=remat,
+        bytes_per_value=bytes_per_value,
+        flash=False,
+    )
+
+
+FAMILY = ModelFamily(
+    name="mymodel",
+    config_cls=MyModelConfig,
+    sizes=SIZES,
+    build=build,
+    train_config_cls=LMTrainConfig,
+    trainer_cls=LMTrainer,
+    presets_dir=Path(__file__).parent,
+    forward_flops=forward_flops,
+    activation_bytes=activation_bytes,
+    example_batch=lm_example_batch,
+    # Hugging Face interop is optional: set hf_class, hf_config, config_from_hf, load_hf
+    # (see zoo/llama/family.py) and the conformance suite checks the export round trip.
+)
