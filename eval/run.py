@@ -1,8 +1,10 @@
-"""`zoo eval`: score a training run, checkpoint or Hugging Face folder with lm-eval.
+"""`zoo eval`: score a training run, checkpoint or Hugging Face folder.
 
-Tasks are resolved (and Hub datasets checked) before any model is loaded. A training
-checkpoint is exported once to RUN/hf/step-N and reused. `--device xla` scores with the zoo
-model on the XLA device (eval/xla_lm.py); cpu/cuda use lm-eval's own `hf` backend.
+Language models go through lm-eval: tasks are resolved (and Hub datasets checked) before any
+model is loaded; `--device xla` scores causal LMs with the zoo model on the XLA device
+(eval/xla_lm.py); cpu/cuda use lm-eval's own `hf` backend (causal or seq2seq). Families with
+their own evaluation (image classifiers: top-1) provide `evaluate`. A training checkpoint is
+exported once to RUN/hf/step-N and reused.
 """
 
 from __future__ import annotations
@@ -25,40 +27,73 @@ def model_folder(checkpoint: Path) -> Path:
     return cached_export(checkpoint)
 
 
-def evaluate(checkpoint: str, tasks: str, *, num_fewshot: int | None = None,
+def evaluate(checkpoint: str, tasks: str | None, *, num_fewshot: int | None = None,
              limit: int | None = None, batch_size: int = 8, device: str = "cpu",
-             out: str | None = None) -> tuple[list[tuple], Path]:
-    """Run lm-eval; returns (task, metric, value, stderr) rows and the results file."""
+             out: str | None = None, data: str | None = None) -> tuple[list[tuple], Path]:
+    """Score the model; returns (task, metric, value, stderr) rows and the results file."""
     path = Path(checkpoint)
     if not path.exists():
         raise UserError(f"{checkpoint} does not exist")
-    names, manager = resolve_tasks(tasks)
-    folder = model_folder(path)
-    import lm_eval
-
-    common = dict(tasks=names, task_manager=manager, num_fewshot=num_fewshot, limit=limit,
-                  log_samples=True)
-    if device == "xla":
-        from eval.xla_lm import ZooXLALM
-
-        results = lm_eval.simple_evaluate(
-            model=ZooXLALM(pretrained=str(folder), batch_size=batch_size), **common)
+    family = family_of(path)
+    if family is not None and family.evaluate is not None:
+        options = {"data": data, "limit": limit, "batch_size": batch_size, "device": device}
+        folder = model_folder(path)
+        rows, record = family.evaluate(path, folder, options)
     else:
-        results = lm_eval.simple_evaluate(model="hf", model_args=f"pretrained={folder}",
-                                          device=device, batch_size=batch_size, **common)
-    rows = metric_rows(results["results"])
+        backend = family.lm_eval_backend if family else "causal"
+        if backend is None:
+            raise UserError(f"zoo eval has no evaluation for {family.name} models")
+        if not tasks:
+            raise UserError("--tasks is required for language models, e.g. --tasks "
+                            "arc_easy_sample,hellaswag_sample")
+        names, manager = resolve_tasks(tasks)
+        folder = model_folder(path)
+        results = _lm_eval(folder, backend, device, batch_size, tasks=names,
+                           task_manager=manager, num_fewshot=num_fewshot, limit=limit,
+                           log_samples=True)
+        rows = metric_rows(results["results"])
+        record = {
+            "tasks": names, "num_fewshot": num_fewshot, "limit": limit,
+            "results": results["results"], "versions": results.get("versions"),
+            "loglikelihoods": per_choice_loglikelihoods(results.get("samples", {})),
+        }
     target = Path(out) if out else (path if folder == path else _run_dir(path))
     target.mkdir(parents=True, exist_ok=True)
-    record = {
-        "checkpoint": str(path), "model_folder": str(folder), "device": device,
-        "tasks": names, "num_fewshot": num_fewshot, "limit": limit,
-        "results": results["results"], "versions": results.get("versions"),
-        "loglikelihoods": per_choice_loglikelihoods(results.get("samples", {})),
-    }
+    record = {"checkpoint": str(path), "model_folder": str(folder), "device": device, **record}
     results_file = target / RESULTS_FILE
     results_file.write_text(json.dumps(record, indent=1, default=str))
     _log_wandb(path, folder, rows)
     return rows, results_file
+
+
+def family_of(path: Path):
+    """The zoo family of a run, checkpoint or exported folder; None for other HF folders."""
+    from zoo.registry import FAMILIES, family
+
+    if (path / "config.json").is_file():
+        architectures = json.loads((path / "config.json").read_text()).get("architectures") or []
+        for name in FAMILIES:
+            if family(name).hf_class in architectures:
+                return family(name)
+        return None
+    from zoo.runs import load_run
+
+    return load_run(path)[0]
+
+
+def _lm_eval(folder: Path, backend: str, device: str, batch_size: int, **common) -> dict:
+    import lm_eval
+
+    if device == "xla":
+        if backend != "causal":
+            raise UserError(f"--device xla scores causal LMs only; use --device cpu for "
+                            f"{backend} models")
+        from eval.xla_lm import ZooXLALM
+
+        model = ZooXLALM(pretrained=str(folder), batch_size=batch_size)
+        return lm_eval.simple_evaluate(model=model, **common)
+    return lm_eval.simple_evaluate(model="hf", model_args=f"pretrained={folder},backend={backend}",
+                                   device=device, batch_size=batch_size, **common)
 
 
 def metric_rows(results: dict) -> list[tuple]:

@@ -266,26 +266,30 @@ def export(checkpoint, out):
     from eval.export import export as export_checkpoint
 
     folder = export_checkpoint(checkpoint, out)
-    click.echo(f"exported {checkpoint} -> {folder} (loads with AutoModelForCausalLM)")
+    hf_class = json.loads((folder / "config.json").read_text())["architectures"][0]
+    click.echo(f"exported {checkpoint} -> {folder} (loads with transformers' {hf_class})")
 
 
 @cli.command("eval")
 @click.argument("checkpoint")
-@click.option("--tasks", required=True, help="Comma-separated: lm-eval task names, `arc` "
+@click.option("--tasks", help="Language models, comma-separated: lm-eval task names, `arc` "
               "(arc_easy + arc_challenge), the sample tasks, or a folder of task YAMLs.")
+@click.option("--data", help="Image classifiers: an image folder (DIR/val/<class>/...) to "
+              "report top-1 on (default: the embedded image set).")
 @click.option("--num-fewshot", type=int)
 @click.option("--limit", type=int, help="Only the first N documents per task.")
 @click.option("--batch-size", default=8, show_default=True)
 @click.option("--device", type=click.Choice(["cpu", "cuda", "xla"]), default="cpu",
               show_default=True)
 @click.option("--out", help="Folder for eval_results.json (default: next to the checkpoint).")
-def eval_command(checkpoint, tasks, num_fewshot, limit, batch_size, device, out):
-    """Score CHECKPOINT (a run, a checkpoint or a Hugging Face folder) with lm-eval."""
+def eval_command(checkpoint, tasks, data, num_fewshot, limit, batch_size, device, out):
+    """Score CHECKPOINT (a run, a checkpoint or a Hugging Face folder): lm-eval tasks for
+    language models, top-1 on an image folder for image classifiers."""
     from core.table import format_table
     from eval.run import evaluate
 
     rows, results_file = evaluate(checkpoint, tasks, num_fewshot=num_fewshot, limit=limit,
-                                  batch_size=batch_size, device=device, out=out)
+                                  batch_size=batch_size, device=device, out=out, data=data)
     table = [(task, metric, f"{value:.4f}", f"{stderr:.4f}" if stderr is not None else "-")
              for task, metric, value, stderr in rows]
     click.echo(format_table(("task", "metric", "value", "stderr"), table))

@@ -55,6 +55,12 @@ class ModelFamily:
     load_hf: Callable | None = None  # (model, hf_dir) -> None: load HF weights into the model
     # (run config, hf config, folder) -> None: tokenizer / image processor / generation files
     write_hf_extras: Callable | None = None
+    # How `zoo eval` scores an exported folder: lm-eval's hf backend with this
+    # AutoModel kind ("causal" or "seq2seq"), or the family's own `evaluate`.
+    lm_eval_backend: str | None = None
+    # (checkpoint path, HF folder, options: dict) -> (rows of (task, metric, value, stderr),
+    # JSON-able record)
+    evaluate: Callable | None = None
 
     def preset(self, kind: str, name: str) -> Path:
         path = self.presets_dir / kind / f"{name}.yaml"

@@ -74,4 +74,5 @@ FAMILY = ModelFamily(
     config_from_hf=config_from_hf,
     load_hf=load_hf,
     write_hf_extras=write_tokenizer_files,
+    lm_eval_backend="causal",
 )
