@@ -301,6 +301,38 @@ def _tokenize(config: DataConfig, tokenizer) -> Corpus:
 # ---------------------------------------------------------------- batches
 
 
+def host_rows(process_index: int, local_batch_size: int) -> np.ndarray:
+    """The rows of every global batch that this host loads: [k*local, (k+1)*local)."""
+    first = process_index * local_batch_size
+    return np.arange(first, first + local_batch_size)
+
+
+class EpochOrder:
+    """An endless order over `count` items, epoch after epoch, each epoch a permutation
+    seeded by `seed + epoch`: position p -> item. Batches built from positions are a pure
+    function of their index, which is what makes resuming exact."""
+
+    def __init__(self, count: int, seed: int):
+        self.count, self.seed = count, seed
+        self._perms: dict[int, np.ndarray] = {}
+
+    def items(self, positions: np.ndarray) -> np.ndarray:
+        epochs, within = np.divmod(positions, self.count)
+        picked = np.empty_like(within)
+        for epoch in np.unique(epochs):
+            mask = epochs == epoch
+            picked[mask] = self._permutation(int(epoch))[within[mask]]
+        return picked
+
+    def _permutation(self, epoch: int) -> np.ndarray:
+        if epoch not in self._perms:
+            if len(self._perms) >= 4:
+                self._perms.pop(next(iter(self._perms)))
+            self._perms[epoch] = np.random.default_rng(self.seed + epoch).permutation(self.count)
+        return self._perms[epoch]
+
+
+
 class TokenBatches:
     """Deterministic, resumable stream of fixed-shape host batches.
 
@@ -333,7 +365,6 @@ class TokenBatches:
         self.process_index = process_index
         self.process_count = process_count
         self.start = 0
-        self._perms: dict[int, np.ndarray] = {}
         self.synthetic = config.source == "synthetic"
         if self.synthetic:
             vocab_size = vocab_size or (len(tokenizer) if tokenizer is not None else None)
@@ -352,6 +383,7 @@ class TokenBatches:
         pad = tokenizer.pad_token_id
         self.pad_id = tokenizer.eos_token_id if pad is None else pad
         self._count = -(-len(tokens) // seq_len)  # rows; row r = tokens[r*seq_len:][:seq_len]
+        self._order = EpochOrder(self._count, config.shuffle_seed)
 
     # ---- sizes
     @property
@@ -379,17 +411,11 @@ class TokenBatches:
 
         if index < 0:
             raise ValueError(f"batch index must be >= 0, got {index}")
-        first = self.process_index * self.local_batch_size
-        within = np.arange(first, first + self.local_batch_size)  # rows of the global batch
+        within = host_rows(self.process_index, self.local_batch_size)
         if self.synthetic:
             input_ids = torch.from_numpy(np.stack([self._random_row(index, r) for r in within]))
             return {"input_ids": input_ids, "labels": input_ids.clone()}
-        rows = index * self.global_batch_size + within  # position in the endless row order
-        epochs, positions = np.divmod(rows, self._count)
-        picked = np.empty_like(positions)
-        for epoch in np.unique(epochs):
-            mask = epochs == epoch
-            picked[mask] = self._permutation(int(epoch))[positions[mask]]
+        picked = self._order.items(index * self.global_batch_size + within)
         tokens = self.corpus.tokens
         offsets = picked[:, None] * self.seq_len + np.arange(self.seq_len)
         padding = offsets >= len(tokens)  # only in the last row
@@ -404,14 +430,6 @@ class TokenBatches:
         # Seeded per (seed, batch, row) so a row is the same whatever the host count.
         rng = np.random.default_rng([self.config.shuffle_seed, index, int(row)])
         return rng.integers(0, self.vocab_size, self.seq_len, dtype=np.int64)
-
-    def _permutation(self, epoch: int) -> np.ndarray:
-        if epoch not in self._perms:
-            if len(self._perms) >= 4:
-                self._perms.pop(next(iter(self._perms)))
-            rng = np.random.default_rng(self.config.shuffle_seed + epoch)
-            self._perms[epoch] = rng.permutation(self._count)
-        return self._perms[epoch]
 
     def __iter__(self) -> Iterator[dict]:
         index = self.start
