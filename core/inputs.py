@@ -36,13 +36,22 @@ def batch_shardings(mesh, example: dict, batch_axes: tuple[str, ...] = BATCH_AXE
 
 
 def device_loader(loader, mesh, example: dict, batch_axes: tuple[str, ...] = BATCH_AXES):
-    """Wrap a host data loader so its batches arrive on the XLA device already sharded."""
+    """Wrap a host data loader so its batches arrive on the XLA device already sharded.
+
+    torch_xla 2.9 cannot send 1-D tensors with an input sharding (IndexError in
+    `_xla_tensors_from_aten`), so per-example vectors (labels, masks) travel as [B, 1] and
+    are squeezed back on the device."""
     import torch_xla
     import torch_xla.distributed.parallel_loader as pl
 
-    return pl.MpDeviceLoader(
-        loader, torch_xla.device(), input_sharding=batch_shardings(mesh, example, batch_axes)
+    vectors = {key for key, value in example.items() if value.dim() == 1}
+    columns = ({k: v[:, None] if k in vectors else v for k, v in b.items()} for b in loader)
+    example = {k: v[:, None] if k in vectors else v for k, v in example.items()}
+    sharded = pl.MpDeviceLoader(
+        columns, torch_xla.device(), input_sharding=batch_shardings(mesh, example, batch_axes)
     )
+    for batch in sharded:
+        yield {k: v[:, 0] if k in vectors else v for k, v in batch.items()}
 
 
 def shard_batch(batch: dict, mesh, batch_axes: tuple[str, ...] = BATCH_AXES) -> dict:

@@ -104,7 +104,7 @@ class Trainer:
         self.checkpointer = Checkpointer(self.run_dir / "checkpoints", keep=config.keep_checkpoints)
         self.forward_flops_per_item = forward_flops_per_item
         self.step = 0
-        self.checkpoint_compiles = 0
+        self.side_compiles = 0
         self._stop_requested = False
 
     # ---- override points -------------------------------------------------------------
@@ -187,7 +187,9 @@ class Trainer:
                 xm.add_step_closure(self._tracker.done, args=(step + 1, values, lr, batch))
                 torch_xla.sync()
                 self.step = step + 1
+                before = _compile_count()
                 extra = self.after_step(self.step)
+                self.side_compiles += _compile_count() - before
                 if extra:
                     logger.record({"step": self.step, **extra})
                 if (
@@ -216,12 +218,12 @@ class Trainer:
 
     def _save(self) -> None:
         # Gathering sharded tensors for the weights file compiles small graphs of its own;
-        # keep them out of the step's compile count.
+        # keep them (like evaluation graphs) out of the step's compile count.
         before = _compile_count()
         self.checkpointer.save(
             self.step, self.model, self.optimizer, self.scheduler, data_position=self.step
         )
-        self.checkpoint_compiles += _compile_count() - before
+        self.side_compiles += _compile_count() - before
 
     def _autocast(self):
         if not self.bf16:
@@ -262,14 +264,14 @@ class _StepTracker:
         self.start_step = trainer.step
         self.times = collections.deque([time.perf_counter()], maxlen=TIMING_WINDOW + 1)
         self.signature = None
-        self.compiles = _compile_count() - trainer.checkpoint_compiles
+        self.compiles = _compile_count() - trainer.side_compiles
         self.history: list[dict] = []
 
     def done(self, step: int, values: dict, lr: float, batch: dict) -> None:
         # Closures can run in bursts (async execution), so time a window of recent steps.
         self.times.append(time.perf_counter())
         step_time = (self.times[-1] - self.times[0]) / (len(self.times) - 1)
-        compiles = _compile_count() - self.trainer.checkpoint_compiles
+        compiles = _compile_count() - self.trainer.side_compiles
         signature = {k: (tuple(v.shape), str(v.dtype)) for k, v in batch.items()}
         if step > self.start_step + WARMUP_STEPS and compiles > self.compiles:
             self.logger.note(

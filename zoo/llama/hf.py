@@ -1,56 +1,15 @@
-"""Hugging Face checkpoints in and out: config.json <-> LlamaConfig, safetensors -> model."""
+"""Hugging Face checkpoints in: config.json -> LlamaConfig, safetensors -> model."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
-import torch
-
-from core.errors import UserError
+from core.hf import load_state, local_dir, read_config, read_safetensors
 from zoo.llama.config import LlamaConfig
-
-
-def local_dir(name_or_path: str) -> Path:
-    """A local HF folder as is; a Hub name is downloaded (fails early and clearly offline)."""
-    path = Path(name_or_path)
-    if path.is_dir():
-        return path
-    if path.exists() or name_or_path.startswith((".", "/")):
-        raise UserError(f"{name_or_path} is not a Hugging Face checkpoint directory")
-    from huggingface_hub import snapshot_download
-
-    try:
-        return Path(snapshot_download(name_or_path, allow_patterns=["*.json", "*.safetensors"]))
-    except Exception as error:  # offline, gated, or no such repo
-        raise UserError(
-            f"cannot fetch '{name_or_path}' from the Hugging Face Hub "
-            f"({type(error).__name__}); pass a local checkpoint directory"
-        ) from None
 
 
 def config_from_hf(name_or_path: str) -> LlamaConfig:
     from transformers import LlamaConfig as HFLlamaConfig
 
-    folder = local_dir(name_or_path)
-    if not (folder / "config.json").is_file():
-        raise UserError(f"{folder} has no config.json: not a Hugging Face checkpoint directory")
-    return LlamaConfig.from_hf(
-        HFLlamaConfig.from_dict(json.loads((folder / "config.json").read_text()))
-    )
-
-
-def read_safetensors(folder: Path) -> dict[str, torch.Tensor]:
-    """All tensors of a (possibly sharded, indexed) safetensors checkpoint."""
-    from safetensors.torch import load_file
-
-    files = sorted(folder.glob("*.safetensors"))
-    if not files:
-        raise UserError(f"{folder} has no *.safetensors weights")
-    state = {}
-    for file in files:
-        state.update(load_file(file))
-    return state
+    return LlamaConfig.from_hf(HFLlamaConfig.from_dict(read_config(name_or_path)))
 
 
 def load_hf(model, name_or_path: str) -> None:
@@ -58,12 +17,4 @@ def load_hf(model, name_or_path: str) -> None:
     state = read_safetensors(local_dir(name_or_path))
     if model.config.tie_word_embeddings:
         state.pop("lm_head.weight", None)
-    expected = {name: p.shape for name, p in model.state_dict().items()}
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
-    wrong = [n for n in expected if n in state and state[n].shape != expected[n]]
-    if missing or unexpected or wrong:
-        name = (missing or unexpected or wrong)[0]
-        kind = "missing" if missing else "unexpected" if unexpected else "of the wrong shape"
-        raise UserError(f"checkpoint {name_or_path} does not fit the model: '{name}' is {kind}")
-    model.load_state_dict({k: v.to(torch.float32) for k, v in state.items()}, strict=True)
+    load_state(model, state, name_or_path)

@@ -1,0 +1,91 @@
+"""Registry entry for the ViT family."""
+
+from pathlib import Path
+
+import torch
+
+from core.memory import decoder_stack_activation_bytes
+from core.vision import ImageClassificationTrainer, ImageTrainConfig
+from zoo.registry import ModelFamily
+from zoo.vit.config import SIZES, ViTConfig
+from zoo.vit.evaluate import evaluate
+from zoo.vit.hf import config_from_hf, load_hf
+from zoo.vit.model import ViTForImageClassification
+
+
+def build(config: ViTConfig, init: bool = True, seed: int = 0) -> ViTForImageClassification:
+    model = ViTForImageClassification(config)
+    if init:
+        model.init_weights(seed)
+    return model
+
+
+def forward_flops(run, causal: bool = True) -> float:
+    """Forward matmul FLOPs per image. Attention is over all patches + the class token in
+    both directions, so `causal` changes nothing (no half-matrix convention applies)."""
+    c = run.model
+    tokens = c.num_patches + 1
+    patch_embed = c.num_patches * c.num_channels * c.patch_size**2 * c.hidden_size
+    per_layer = tokens * (4 * c.hidden_size**2 + 2 * c.hidden_size * c.intermediate_size)
+    attention = 2 * tokens * tokens * c.hidden_size  # scores and values
+    classifier = c.hidden_size * c.num_labels
+    return 2.0 * (patch_embed + c.num_hidden_layers * (per_layer + attention) + classifier)
+
+
+def activation_bytes(run, batch_per_device, tensor, remat, bytes_per_value, on_tpu):
+    """The decoder-layer estimate (core/memory.py) over patches + class token; the "logits"
+    term then over-counts (every token instead of the class token), which is negligible."""
+    c = run.model
+    return decoder_stack_activation_bytes(
+        layers=c.num_hidden_layers,
+        seq=c.num_patches + 1,
+        batch=batch_per_device,
+        hidden=c.hidden_size,
+        heads=c.num_attention_heads,
+        vocab=c.num_labels,
+        tensor=tensor,
+        remat=remat,
+        bytes_per_value=bytes_per_value,
+        flash=False,
+    )
+
+
+def example_batch(run, seed: int = 0) -> dict:
+    """Random normalised pixels and labels, the format the image trainer feeds the model."""
+    generator = torch.Generator().manual_seed(seed)
+    c = run.model
+    shape = (run.global_batch_size, c.num_channels, c.image_size, c.image_size)
+    labels = torch.randint(0, c.num_labels, (run.global_batch_size,), generator=generator)
+    return {"pixel_values": torch.randn(shape, generator=generator), "labels": labels}
+
+
+def write_image_processor(run, hf_config, folder) -> None:
+    """preprocessor_config.json with the resize and normalisation used in training."""
+    from transformers import ViTImageProcessor
+
+    from core.vision import MEAN, STD
+
+    size = run.model.image_size
+    ViTImageProcessor(
+        size={"height": size, "width": size}, image_mean=[MEAN] * 3, image_std=[STD] * 3
+    ).save_pretrained(folder)
+
+
+FAMILY = ModelFamily(
+    name="vit",
+    config_cls=ViTConfig,
+    sizes=SIZES,
+    build=build,
+    train_config_cls=ImageTrainConfig,
+    trainer_cls=ImageClassificationTrainer,
+    presets_dir=Path(__file__).parent,
+    forward_flops=forward_flops,
+    activation_bytes=activation_bytes,
+    example_batch=example_batch,
+    hf_class="ViTForImageClassification",
+    hf_config=ViTConfig.to_hf,
+    config_from_hf=config_from_hf,
+    load_hf=load_hf,
+    write_hf_extras=write_image_processor,
+    evaluate=evaluate,
+)
