@@ -30,7 +30,7 @@ def zoo(*args, timeout=600):
 
 def losses(run: Path) -> dict[int, float]:
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    return {r["step"]: r["loss"] for r in records}
+    return {r["step"]: r["loss"] for r in records if "loss" in r}  # not eval records
 
 
 def checkpoints(run: Path) -> list[str]:
@@ -61,23 +61,27 @@ def test_run_writes_metrics_config_and_checkpoints(reference_run):
     assert "done: steps 1-12" in result.stdout and "sample: " in result.stdout
 
 
-def test_sigkill_then_rerun_resumes_with_identical_losses(reference_run, tmp_path):
-    out = tmp_path / "run"
-    args = zoo_command("train", "llama-tiny", "--tpu", "cpu-4", "--steps", "12", "--out",
-                       str(out), "checkpoint_every=4", *SMALL)
-    proc = subprocess.Popen(args, env=env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+def kill_after_first_checkpoint_then_rerun(args: list[str], out: Path, first: int):
+    """Start `zoo train *args --out OUT`, SIGKILL it once checkpoint `first` exists, rerun it
+    to the end; returns the rerun's result."""
+    proc = subprocess.Popen(zoo_command("train", *args, "--out", str(out)), env=env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
-    while not (out / "checkpoints" / "step-00000004").exists():
-        assert proc.poll() is None and time.time() < deadline, "run ended before step 4"
+    while not (out / "checkpoints" / f"step-{first:08d}").exists():
+        assert proc.poll() is None and time.time() < deadline, f"run ended before step {first}"
         time.sleep(0.2)
     proc.kill()
     proc.wait()
-    assert "step-00000012" not in checkpoints(out)
-    resumed = zoo("train", "llama-tiny", "--tpu", "cpu-4", "--steps", "12", "--out", str(out),
-                  "checkpoint_every=4", *SMALL)
+    resumed = zoo("train", *args, "--out", str(out))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resuming from step" in resumed.stdout
+    return resumed
+
+
+def test_sigkill_then_rerun_resumes_with_identical_losses(reference_run, tmp_path):
+    out = tmp_path / "run"
+    args = ["llama-tiny", "--tpu", "cpu-4", "--steps", "12", "checkpoint_every=4", *SMALL]
+    kill_after_first_checkpoint_then_rerun(args, out, first=4)
     reference = losses(reference_run[0])
     assert losses(out) == reference  # bit-identical: same graphs, same restored state
 
@@ -117,8 +121,12 @@ def test_models_lists_every_size_with_parameter_count():
     result = zoo("models")
     assert result.returncode == 0
     lines = dict(line.split(None, 1) for line in result.stdout.strip().splitlines())
-    assert set(lines) == {"llama-tiny", "llama-1b", "llama-3b", "llama-8b", "llama-70b"}
+    from zoo.registry import model_names
+
+    assert set(lines) == set(model_names())
     assert lines["llama-1b"].startswith("1,235.8 M")  # Llama 3.2 1B: 1.24B parameters
+    assert lines["vit-b16"].startswith("86.6 M")  # ViT-B/16, ImageNet-1k head
+    assert lines["vit-10b"].startswith("10,077.9 M")
 
 
 def test_generate_from_a_run(reference_run):
