@@ -144,9 +144,22 @@ def load_documents(config: DataConfig) -> tuple[list[str], str]:
         return default_documents(), f"default corpus (Python {version} help topics"
     files = _local_files(source)
     if files is not None:
-        return _local_documents(files, config), f"{source} ({len(files)} files"
+        dataset = _local_dataset(files, source, config.split)
+        field = "text" if BUILDERS[Path(files[0]).suffix.lower()] == "text" else config.text_field
+        return _texts(dataset, field, source), f"{source} ({len(files)} files"
     subset = f"subset {config.subset}, " if config.subset else ""
-    return _hub_documents(config), f"Hub dataset {source} ({subset}split {config.split}"
+    dataset = _hub_dataset(source, config.subset, config.split)
+    label = f"Hub dataset {source} ({subset}split {config.split}"
+    return _texts(dataset, config.text_field, source), label
+
+
+def load_table(source: str, split: str = "train", subset: str | None = None):
+    """Local txt/jsonl/json/parquet files (a file, folder or glob) or a Hub dataset, as a
+    `datasets.Dataset`, with one-line errors for everything a user can get wrong."""
+    files = _local_files(source)
+    if files is not None:
+        return _local_dataset(files, source, split)
+    return _hub_dataset(source, subset, split)
 
 
 def _local_files(source: str) -> list[str] | None:
@@ -182,52 +195,45 @@ def _local_files(source: str) -> list[str] | None:
     return files
 
 
-def _local_documents(files: list[str], config: DataConfig) -> list[str]:
+def _local_dataset(files: list[str], source: str, split: str):
     import datasets
 
     builder = BUILDERS[Path(files[0]).suffix.lower()]
     options = {"sample_by": "document"} if builder == "text" else {}  # a .txt file = 1 doc
     try:
-        dataset = datasets.load_dataset(
-            builder, data_files={"train": files}, split=config.split, **options
-        )
+        return datasets.load_dataset(builder, data_files={"train": files}, split=split, **options)
     except ValueError as error:  # e.g. an unknown split name
-        raise DataError(f"data.source {config.source}: {_first_line(error)}") from None
+        raise DataError(f"data.source {source}: {_first_line(error)}") from None
     except datasets.exceptions.DatasetGenerationError as error:
         cause = error.__cause__ or error
-        raise DataError(f"could not read {config.source}: {_first_line(cause)}") from None
-    field = "text" if builder == "text" else config.text_field
-    return _texts(dataset, field, config.source)
+        raise DataError(f"could not read {source}: {_first_line(cause)}") from None
 
 
 def _hidden(path: Path, root: str) -> bool:
     return any(part.startswith(".") for part in path.relative_to(root).parts)
 
 
-def _hub_documents(config: DataConfig) -> list[str]:
+def _hub_dataset(source: str, subset: str | None, split: str):
     import datasets
     from huggingface_hub import constants
 
     unreachable = DataError(
-        f"Hub dataset '{config.source}' could not be reached (offline?); use a local "
+        f"Hub dataset '{source}' could not be reached (offline?); use a local "
         "file/folder, data.source=default, or HF_HUB_OFFLINE=1 to read a cached copy"
     )
     if not constants.HF_HUB_OFFLINE and not hub_reachable():
         raise unreachable  # rather than minutes of retries inside load_dataset
     try:
-        dataset = datasets.load_dataset(config.source, config.subset, split=config.split)
+        return datasets.load_dataset(source, subset, split=split)
     except Exception as error:  # hub failures come in many classes
         if isinstance(error, datasets.exceptions.DatasetNotFoundError):
             raise DataError(
-                f"data.source '{config.source}' is neither a local path nor a Hub dataset "
+                f"data.source '{source}' is neither a local path nor a Hub dataset "
                 "(or it is gated: set HF_TOKEN)"
             ) from None
         if _is_connection_error(error):
             raise unreachable from None
-        raise DataError(
-            f"could not load Hub dataset '{config.source}': {_first_line(error)}"
-        ) from None
-    return _texts(dataset, config.text_field, config.source)
+        raise DataError(f"could not load Hub dataset '{source}': {_first_line(error)}") from None
 
 
 def _texts(dataset, field: str, source: str) -> list[str]:
