@@ -14,6 +14,7 @@ runtime relies on. A new family is checked here as soon as it has its registry l
 import dataclasses
 import functools
 import inspect
+import math
 from pathlib import Path
 
 import pytest
@@ -52,14 +53,18 @@ def hf_class(fam):
 
 
 @pytest.mark.parametrize("name,size", SIZES)
-def test_every_size_builds_on_meta_with_the_hf_parameter_count(name, size):
+def test_every_size_builds_on_meta_with_hf_names_and_shapes(name, size):
+    """Every parameter is in the HF class with the same shape, and every HF weight is ours
+    or one of its tied aliases (e.g. T5's encoder.embed_tokens of `shared`)."""
     fam = family(name)
-    ours = sum(p.numel() for p in meta_model(name, size).parameters())
-    assert ours > 0
+    ours = {n: tuple(p.shape) for n, p in meta_model(name, size).named_parameters()}
+    assert sum(math.prod(shape) for shape in ours.values()) > 0
     if fam.hf_class:
         with torch.device("meta"):
-            theirs = hf_class(fam)(fam.hf_config(fam.sizes[size]))
-        assert ours == sum(p.numel() for p in theirs.parameters())
+            hf = hf_class(fam)(fam.hf_config(fam.sizes[size]))
+        theirs = {n: tuple(t.shape) for n, t in hf.state_dict().items()}
+        assert ours.items() <= theirs.items()
+        assert set(theirs) - set(ours) <= set(getattr(hf, "_tied_weights_keys", None) or {})
 
 
 @pytest.mark.parametrize("name,preset", PRESETS)

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.nn.functional as F
 import transformers
+from preset_worker import remat_preset
 from test_train import kill_after_first_checkpoint_then_rerun, losses, zoo
-from vit_worker import CONFIG, MESHES, REMATS, batch, remat_preset
+from vit_cases import CONFIG, MESHES, REMATS, batch, forward
 from xla_harness import assert_same_loss_and_grads, run_workers
 
 from core.remat import apply_remat
@@ -39,16 +39,15 @@ def reference():
 
 @pytest.fixture(scope="module")
 def xla_runs(tmp_path_factory):
-    return run_workers(HERE / "vit_worker.py", (1, 8), tmp_path_factory.mktemp("vit"))
+    return run_workers(HERE / "preset_worker.py", (1, 8), tmp_path_factory.mktemp("vit"),
+                       args=["vit_cases"])
 
 
 @pytest.mark.parametrize("remat", ["none", "checkpoint"])
 def test_eager_cpu_matches_transformers(reference, remat):
     model = FAMILY.build(CONFIG, seed=0)
-    apply_remat(model, remat_preset(remat))
-    b = batch()
-    logits = model(b["pixel_values"])
-    loss = F.cross_entropy(logits, b["labels"])
+    apply_remat(model, remat_preset(FAMILY, remat))
+    loss, logits = forward(model, batch())
     loss.backward()
     torch.testing.assert_close(logits, reference["logits"], **EAGER_TOL)
     result = {"loss": loss.detach(), "grads": {n: p.grad for n, p in model.named_parameters()}}

@@ -16,6 +16,7 @@ from core.errors import UserError
 
 FAMILIES = {
     "llama": "zoo.llama.family",
+    "t5": "zoo.t5.family",
     "vit": "zoo.vit.family",
 }
 

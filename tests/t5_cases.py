@@ -1,0 +1,29 @@
+"""The T5 configuration and batch that tests/test_t5.py and tests/preset_worker.py share."""
+
+import torch
+
+from core.mesh import MeshConfig
+from core.seq2seq import Seq2SeqTrainer, pair_batch
+from zoo.t5.config import T5Config
+from zoo.t5.family import FAMILY  # noqa: F401 (the worker reads it)
+
+CONFIG = T5Config(vocab_size=96, d_model=32, d_kv=8, d_ff=64, num_layers=2,
+                  num_decoder_layers=3, num_heads=4, relative_attention_num_buckets=8,
+                  relative_attention_max_distance=16)
+MESHES = {"fsdp": MeshConfig(), "fsdp_tensor": MeshConfig(tensor=2)}
+REMATS = ["none", "checkpoint"]
+
+
+def batch():
+    """Inputs and targets of different lengths, with padding in both."""
+    generator = torch.Generator().manual_seed(1)
+    inputs = torch.randint(3, 96, (8, 20), generator=generator)
+    targets = torch.randint(3, 96, (8, 12), generator=generator)
+    inputs[1, 11:], targets[2, 7:], targets[5, 3:] = 0, 0, 0
+    return pair_batch(inputs, targets, pad=0)
+
+
+def forward(model, b):
+    logits = model(b["input_ids"], b["attention_mask"], b["decoder_input_ids"],
+                   b["decoder_attention_mask"])
+    return Seq2SeqTrainer.loss(model, b)[0], logits
