@@ -140,3 +140,10 @@ def test_export_loads_in_transformers_and_generates(trained, tmp_path):
     ids = tokenizer("reverse: apple stone river", return_tensors="pt").input_ids
     out = model.generate(ids, max_new_tokens=8)
     assert out.shape[1] > 1
+
+
+def test_eval_scores_through_lm_evals_seq2seq_backend(trained, tmp_path):
+    result = zoo("eval", str(trained), "--tasks", "arc_easy_sample", "--limit", "8",
+                 "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "arc_easy_sample" in result.stdout and (tmp_path / "eval_results.json").is_file()
