@@ -9,6 +9,7 @@ import sys
 import click
 
 from core.errors import UserError
+from tools.cli import tpu as tpu_group
 
 
 class _Group(click.Group):
@@ -105,11 +106,28 @@ def models():
 @click.option(
     "--prompt", default="The", show_default=True, help="Prompt for the sample printed at the end."
 )
-def train(model, overrides, tpu, steps, out, init_from, config_files, prompt):
+@click.option("--on", "node", help="Run on every worker of this TPU VM (from a workstation).")
+@click.option("--zone", help="With --on: the TPU VM's zone.")
+@click.option("--project", help="With --on: the TPU VM's project.")
+@click.option("--dry-run", is_flag=True, help="With --on: print the gcloud steps only.")
+def train(model, overrides, tpu, steps, out, init_from, config_files, prompt, node, zone,
+          project, dry_run):
     """Train MODEL (see `zoo models`); OVERRIDES are key=value config settings.
 
     Example: zoo train llama-tiny --tpu cpu-4 --steps 40 optim.lr=1e-3 remat=scan
     """
+    if node:
+        from tools.gcloud import Gcloud, Node
+        from tools.tpu import launch_training
+
+        if not tpu:
+            raise UserError("--on needs --tpu TYPE: the slice type NAME must be")
+        flags = [f"--{k}={v}" for k, v in (("steps", steps), ("out", out),
+                                            ("init-from", init_from)) if v is not None]
+        gcloud = Gcloud(dry_run=dry_run, echo=click.echo)
+        launch_training(gcloud, Node.resolve(node, zone, project), model, tpu,
+                        [*flags, *(f"--config={f}" for f in config_files), *overrides])
+        return
     from zoo.train import train as run_training
 
     flags = {"tpu": tpu, "steps": steps, "out": out or f"runs/{model}", "init_from": init_from}
@@ -294,6 +312,9 @@ def eval_command(checkpoint, tasks, data, num_fewshot, limit, batch_size, device
              for task, metric, value, stderr in rows]
     click.echo(format_table(("task", "metric", "value", "stderr"), table))
     click.echo(f"wrote {results_file}")
+
+
+cli.add_command(tpu_group)
 
 
 def main():

@@ -1,0 +1,177 @@
+"""`zoo tpu` and `zoo train --on` against a fake gcloud (tests/fake_gcloud/gcloud) first on
+PATH: it records every invocation and really runs the worker commands with bash in one
+sandbox folder per worker, so quoting, background runs, pid files, secrets and the
+babysitter's restarts are exercised end to end without a TPU or the network."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+SECRET = "hf_fake-SECRET-value-0123"
+ZONE = ["--zone", "us-central2-b", "--project", "my-proj"]
+
+
+@pytest.fixture
+def fake(tmp_path, monkeypatch):
+    """Environment for `zoo` subprocesses with the fake gcloud, plus helpers to read it."""
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps({"nodes": {"node": {"state": "READY", "workers": 2,
+                                                    "acceleratorType": "v4-16"}},
+                                 "answers": {"./setup_vm.sh": "setup: done"}}))
+    env = {**os.environ, "PATH": f"{HERE / 'fake_gcloud'}:{os.environ['PATH']}",
+           "FAKE_GCLOUD_STATE": str(state), "FAKE_GCLOUD_LOG": str(tmp_path / "calls.jsonl"),
+           "FAKE_GCLOUD_ROOT": str(tmp_path / "workers"), "HF_TOKEN": SECRET}
+    env.pop("WANDB_API_KEY", None)
+
+    class Fake:
+        root = tmp_path / "workers" / "node"
+
+        def zoo(self, *args, timeout=120):
+            return subprocess.run([sys.executable, "-c", "from zoo.cli import main; main()",
+                                   *args], env=env, capture_output=True, text=True,
+                                  timeout=timeout)
+
+        def calls(self):
+            path = tmp_path / "calls.jsonl"
+            lines = path.read_text().splitlines() if path.exists() else []
+            return [json.loads(line)["argv"] for line in lines]
+
+        def set_state(self, **changes):
+            data = json.loads(state.read_text())
+            data.update(changes)
+            state.write_text(json.dumps(data))
+
+        def run_file(self, worker, name):
+            return self.root / f"worker-{worker}" / "zoo" / ".zoo-run" / name
+
+        def wait_exit(self, worker=0, timeout=30):
+            deadline = time.time() + timeout
+            while not self.run_file(worker, "exit").exists():
+                assert time.time() < deadline, "the run did not finish"
+                time.sleep(0.1)
+            return self.run_file(worker, "exit").read_text().strip()
+
+    return Fake()
+
+
+def test_acceptance_dry_runs_print_the_gcloud_commands(fake):
+    run = fake.zoo("tpu", "run", "node", *ZONE, "--dry-run", "--", "zoo", "train", "llama-1b",
+                   "--tpu", "v4-32")
+    assert run.returncode == 0, run.stderr
+    assert "gcloud compute tpus tpu-vm ssh node --zone us-central2-b --project my-proj " \
+           "--worker=all --command" in run.stdout
+    assert "setsid nohup" in run.stdout and ".zoo-run/log" in run.stdout
+    train = fake.zoo("train", "llama-1b", "--tpu", "v4-32", "--on", "node", *ZONE, "--dry-run")
+    assert train.returncode == 0, train.stderr
+    steps = train.stdout
+    assert steps.index("tpu-vm describe node") < steps.index("tpu-vm scp") < steps.index(
+        "zoo train llama-1b --tpu v4-32") < steps.index("--worker=0 --command 'tail -F")
+    assert fake.calls() == []  # dry runs run nothing
+    assert SECRET not in run.stdout + train.stdout
+
+
+def test_sync_ships_the_tree_without_git_venv_or_runs(fake):
+    result = fake.zoo("tpu", "sync", "node", *ZONE)
+    assert result.returncode == 0, result.stderr
+    for worker in (0, 1):
+        home = fake.root / f"worker-{worker}" / "zoo"
+        assert (home / "README.md").is_file() and (home / "zoo" / "cli.py").is_file()
+        assert not (home / ".git").exists() and not (home / ".venv").exists()
+    scp = next(c for c in fake.calls() if c[3] == "scp")
+    assert "--worker=all" in scp and "us-central2-b" in scp and "my-proj" in scp
+
+
+def test_awkward_arguments_and_secrets_reach_the_workers_intact(fake):
+    fake.zoo("tpu", "sync", "node", *ZONE)
+    awkward = ["a b", "it's", "$HOME", "back\\slash", '"q"', "semi;colon"]
+    script = "import os, sys; print(sys.argv[1:]); print(os.environ.get('HF_TOKEN'))"
+    result = fake.zoo("tpu", "run", "node", *ZONE, "--", "python3", "-c", script, *awkward)
+    assert result.returncode == 0, result.stderr
+    for worker in (0, 1):
+        assert fake.wait_exit(worker) == "0"
+        log = fake.run_file(worker, "log").read_text().splitlines()
+        assert log == [repr(awkward), SECRET]
+        assert not (fake.root / f"worker-{worker}" / ".zoo-secrets").exists()  # deleted
+    for argv in fake.calls():
+        assert SECRET not in " ".join(argv)
+    assert SECRET not in result.stdout + result.stderr
+
+
+def test_stop_ends_only_the_recorded_process_groups(fake):
+    fake.zoo("tpu", "sync", "node", *ZONE)
+    decoy = subprocess.Popen(["sleep", "60"])  # a process `stop` must not touch
+    try:
+        assert fake.zoo("tpu", "run", "node", *ZONE, "--", "sleep", "60").returncode == 0
+        pids = [int(fake.run_file(w, "pid").read_text()) for w in (0, 1)]
+        status = fake.zoo("tpu", "status", "node", *ZONE)
+        assert "worker 0: running" in status.stdout and "worker 1: running" in status.stdout
+        again = fake.zoo("tpu", "run", "node", *ZONE, "--", "sleep", "1")
+        assert again.returncode != 0 and "already going" in again.stderr
+        assert fake.zoo("tpu", "stop", "node", *ZONE).returncode == 0
+        deadline = time.time() + 10
+        while any(_alive(pid) for pid in pids):
+            assert time.time() < deadline, "stop left a run alive"
+            time.sleep(0.1)
+        assert decoy.poll() is None
+        stop_call = [c for c in fake.calls() if "kill -TERM" in " ".join(c)]
+        assert stop_call and "$(cat .zoo-run/pid)" in stop_call[0][-1]
+    finally:
+        decoy.kill()
+        decoy.wait()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}").exists() and "zombie" not in _state(pid)
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/status").read_text().lower()
+    except FileNotFoundError:
+        return "zombie"
+
+
+def test_train_on_checks_the_accelerator_type(fake):
+    result = fake.zoo("train", "llama-1b", "--tpu", "v4-32", "--on", "node", *ZONE)
+    assert result.returncode != 0
+    assert "node is a v4-16, not a v4-32; use --tpu v4-16" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_babysit_survives_two_preemptions_and_resumes(fake, tmp_path):
+    """The run appends to a file outside the node (like checkpoints on persistent storage):
+    the third start finds the two earlier ones and finishes."""
+    progress = tmp_path / "progress"
+    fake.set_state(preempt_on_starts=[1, 2], workers=1)
+    fake.zoo("tpu", "delete", "node", *ZONE)
+    script = (f"echo start >> {progress}; sleep 0.5; "
+              f"test $(wc -l < {progress}) -ge 3 || sleep 60")
+    result = fake.zoo("tpu", "babysit", "node", "--tpu", "v4-16", *ZONE, "--spot",
+                      "--backoff", "0.01", "--poll", "1", "--", "bash", "-c", script,
+                      timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "restart 1/10" in result.stdout and "restart 2/10" in result.stdout
+    assert "done after 2 restart(s)" in result.stdout
+    assert progress.read_text().split() == ["start"] * 3
+    creates = [c for c in fake.calls() if c[3] == "create"]
+    assert len(creates) == 3 and all("--spot" in c for c in creates)
+    assert [c[3] for c in fake.calls()].count("delete") == 3  # the setup delete + 2 preempted
+
+
+def test_babysit_gives_up_with_a_summary(fake):
+    fake.set_state(preempt_on_starts=list(range(1, 10)))
+    result = fake.zoo("tpu", "babysit", "node", "--tpu", "v4-16", *ZONE, "--max-restarts", "2",
+                      "--backoff", "0.01", "--poll", "0.2", "--", "sleep", "30", timeout=120)
+    assert result.returncode == 1
+    assert "giving up after 2 restart(s) (limit 2)" in result.stdout
+    assert "node preempted" in result.stdout
