@@ -23,7 +23,7 @@ def measure(entry: Entry, steps: int, peer: str | None, profile_dir: str | None)
         cfg, trainer = build_trainer(
             entry.model,
             [*entry.train_overrides(), f"out={scratch}"],
-            build_model=PEERS[peer] if peer else None,
+            build_model=PEERS[peer][entry.model.split("-")[0]] if peer else None,
         )
         return _time_steps(trainer, steps, profile_dir)
 

@@ -89,9 +89,16 @@ def test_unknown_suite_lists_the_suites():
         load_suite("nope")
 
 
-def test_default_suite_entries_are_valid():
+def test_default_suite_covers_every_family_with_valid_configs():
+    from zoo.registry import FAMILIES
+    from zoo.train import load_run_config
+
     entries = load_suite("default")
-    assert entries and all(e.model == "llama-tiny" for e in entries)
+    assert {e.model.split("-")[0] for e in entries} == set(FAMILIES)
+    for entry in entries:
+        family, _ = load_run_config(entry.model, entry.train_overrides())
+        family.preset("sharding", entry.sharding)
+        family.preset("remat", entry.remat)
 
 
 def test_plan_70b_on_v4_8_does_not_fit():
