@@ -53,6 +53,15 @@ class DataConfig:
 # ---------------------------------------------------------------- tokenizer
 
 
+def check_vocab(tokenizer, vocab_size: int) -> None:
+    """Token ids must fit the model's embedding table."""
+    if tokenizer is not None and len(tokenizer) > vocab_size:
+        raise DataError(
+            f"tokenizer has {len(tokenizer)} tokens but the model's vocab_size is "
+            f"{vocab_size}; set model.vocab_size={len(tokenizer)} or another tokenizer"
+        )
+
+
 def load_tokenizer(name: str):
     """Name "default" -> the shipped tokenizer; an existing dir -> local; else a Hub name."""
     from transformers import AutoTokenizer

@@ -8,8 +8,7 @@ import dataclasses
 import torch
 import torch.nn.functional as F
 
-from core.data import DataConfig, TokenBatches, load_tokenizer
-from core.errors import UserError
+from core.data import DataConfig, TokenBatches, check_vocab, load_tokenizer
 from core.trainer import TrainConfig, Trainer
 
 
@@ -45,11 +44,7 @@ class LMTrainer(Trainer):
         import torch_xla.runtime as xr
 
         vocab = model.config.vocab_size
-        if tokenizer is not None and len(tokenizer) > vocab:
-            raise UserError(
-                f"tokenizer has {len(tokenizer)} tokens but the model's vocab_size is "
-                f"{vocab}; set model.vocab_size={len(tokenizer)} or another tokenizer"
-            )
+        check_vocab(tokenizer, vocab)
         super().__init__(config, model, rules, remat, **kwargs)
         self.data = TokenBatches(
             config.data,

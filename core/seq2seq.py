@@ -18,7 +18,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from core.data import IGNORE_INDEX, EpochOrder, host_rows, load_table, load_tokenizer
+from core.data import (
+    IGNORE_INDEX,
+    EpochOrder,
+    check_vocab,
+    host_rows,
+    load_table,
+    load_tokenizer,
+)
 from core.errors import UserError
 from core.inputs import host_batch_size
 from core.optim import OptimConfig
@@ -163,11 +170,7 @@ class Seq2SeqTrainer(Trainer):
         import torch_xla.runtime as xr
 
         vocab = model.config.vocab_size
-        if tokenizer is not None and len(tokenizer) > vocab:
-            raise UserError(
-                f"tokenizer has {len(tokenizer)} tokens but the model's vocab_size is "
-                f"{vocab}; set model.vocab_size={len(tokenizer)} or another tokenizer"
-            )
+        check_vocab(tokenizer, vocab)
         super().__init__(config, model, rules, remat, **kwargs)
         self.data = PairBatches(config, tokenizer, vocab, xr.process_index(), xr.process_count())
 

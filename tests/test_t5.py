@@ -9,7 +9,7 @@ import torch
 import transformers
 from preset_worker import remat_preset
 from t5_cases import CONFIG, MESHES, REMATS, batch, forward
-from test_train import kill_after_first_checkpoint_then_rerun, losses, zoo
+from test_train import kill_after_first_checkpoint_then_rerun, losses, trained_run, zoo
 from xla_harness import assert_same_loss_and_grads, run_workers
 
 from core.remat import apply_remat
@@ -116,10 +116,7 @@ RUN = ["t5-tiny", "--tpu", "cpu-4", "--steps", "24", "checkpoint_every=12", "log
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    out = tmp_path_factory.mktemp("t5") / "run"
-    result = zoo("train", *RUN, "--out", str(out))
-    assert result.returncode == 0, result.stderr[-3000:]
-    return out
+    return trained_run(tmp_path_factory, RUN)
 
 
 def test_t5_tiny_learns_the_reversal_task(trained):

@@ -61,6 +61,14 @@ def test_run_writes_metrics_config_and_checkpoints(reference_run):
     assert "done: steps 1-12" in result.stdout and "sample: " in result.stdout
 
 
+def trained_run(tmp_path_factory, args: list[str]) -> Path:
+    """The run folder of `zoo train *args`, which must succeed."""
+    out = tmp_path_factory.mktemp(args[0]) / "run"
+    result = zoo("train", *args, "--out", str(out))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return out
+
+
 def kill_after_first_checkpoint_then_rerun(args: list[str], out: Path, first: int):
     """Start `zoo train *args --out OUT`, SIGKILL it once checkpoint `first` exists, rerun it
     to the end; returns the rerun's result."""

@@ -9,7 +9,7 @@ import pytest
 import torch
 import transformers
 from preset_worker import remat_preset
-from test_train import kill_after_first_checkpoint_then_rerun, losses, zoo
+from test_train import kill_after_first_checkpoint_then_rerun, losses, trained_run, zoo
 from vit_cases import CONFIG, MESHES, REMATS, batch, forward
 from xla_harness import assert_same_loss_and_grads, run_workers
 
@@ -146,10 +146,7 @@ RUN = ["vit-tiny", "--tpu", "cpu-4", "--steps", "40", "eval_every=20", "checkpoi
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    out = tmp_path_factory.mktemp("vit") / "run"
-    result = zoo("train", *RUN, "--out", str(out))
-    assert result.returncode == 0, result.stderr[-3000:]
-    return out
+    return trained_run(tmp_path_factory, RUN)
 
 
 def test_vit_tiny_learns_the_pattern_set(trained):
