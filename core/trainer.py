@@ -240,7 +240,9 @@ class Trainer:
                 f"{chips} x {per_chip / 1e12:g} TFLOP/s bf16 ({self.topology.name})",
             )
         dtype = "bfloat16" if self.bf16 else "float32"
+        before = _compile_count()
         peak = calibrate_cpu_peak(dtype)
+        self.side_compiles += _compile_count() - before  # not the step's
         return peak, (
             f"this host's measured {dtype} matmul peak {peak / 1e9:.0f} GFLOP/s "
             f"(shared by {self.devices} virtual devices)"
