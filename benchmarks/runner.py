@@ -59,7 +59,7 @@ def summarize(entry: Entry, impl: str, raw: dict, calibration: dict) -> dict:
     elif calibration:
         dtype = "bfloat16" if raw["bf16"] else "float32"
         peak = calibration[dtype]
-        peak_source = f"host {dtype} matmul, measured {peak / 1e9:.0f} GFLOP/s"
+        peak_source = f"host {dtype} XLA matmul, measured {peak / 1e9:.0f} GFLOP/s"
     else:
         peak, peak_source = None, None
     items_per_s = raw["items_per_step"] / median
@@ -136,7 +136,7 @@ def run_suite(
     calibration = calibrate(entries) if mfu else {}
     if calibration:
         tqdm.write(
-            "calibration (host CPU, torch matmul 1024x1024): "
+            "calibration (host CPU, XLA matmul, best of 1024 and 2048 square): "
             + ", ".join(f"{k} {v / 1e9:.0f} GFLOP/s" for k, v in calibration.items())
         )
     jobs = [(e, None) for e in entries]
