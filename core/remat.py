@@ -93,10 +93,10 @@ def apply_remat(model: nn.Module, config: RematConfig) -> None:
             stack = modules[path.rsplit(".", 1)[0]]
             stack.remat_in_scan = True
         else:
-            module.forward = functools.partial(_checkpointed, module.forward)
+            module.forward = functools.partial(checkpointed, module.forward)
 
 
-def _checkpointed(forward, *args, **kwargs):
+def checkpointed(forward, *args, **kwargs):
     """Recompute `forward` in backward when gradients flow; plain call otherwise."""
     tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
     if not torch.is_grad_enabled() or not any(t.requires_grad for t in tensors):

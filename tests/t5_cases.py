@@ -11,7 +11,7 @@ CONFIG = T5Config(vocab_size=96, d_model=32, d_kv=8, d_ff=64, num_layers=2,
                   num_decoder_layers=3, num_heads=4, relative_attention_num_buckets=8,
                   relative_attention_max_distance=16)
 MESHES = {"fsdp": MeshConfig(), "fsdp_tensor": MeshConfig(tensor=2)}
-REMATS = ["none", "checkpoint"]
+REMATS = ["none", "checkpoint", "scan", "scan_checkpoint"]
 
 
 def batch():

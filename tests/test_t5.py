@@ -1,26 +1,21 @@
-"""T5: parity with transformers' T5ForConditionalGeneration (eager CPU and XLA:CPU), every
-sharding x remat preset on 8 devices vs 1, the pair pipeline, and `zoo train` / `zoo export`
-end to end on the embedded task."""
-
-from pathlib import Path
+"""T5: parity with transformers' T5ForConditionalGeneration (eager CPU and XLA:CPU, scan
+on/off), every sharding x remat preset on 8 devices vs 1, FLOPs, the pair pipeline, and
+`zoo train` / `zoo export` end to end on the embedded task."""
 
 import pytest
+import t5_cases
 import torch
 import transformers
-from preset_worker import remat_preset
-from t5_cases import CONFIG, MESHES, REMATS, batch, forward
+from family_presets import FamilyPresetTests
+from t5_cases import CONFIG, batch, forward
 from test_train import kill_after_first_checkpoint_then_rerun, losses, trained_run, zoo
-from xla_harness import assert_same_loss_and_grads, run_workers
 
-from core.remat import apply_remat
 from core.seq2seq import PairBatches, Seq2SeqTrainConfig, encode
 from zoo.t5.family import FAMILY
 from zoo.t5.hf import EMBEDDING_ALIASES, load_hf
 
-HERE = Path(__file__).resolve().parent
-# fp32. Eager CPU runs the same kernels as transformers; XLA:CPU fuses and reorders more.
+# fp32; eager CPU runs the same kernels as transformers.
 EAGER_TOL = {"rtol": 1e-5, "atol": 1e-5}
-XLA_TOL = {"rtol": 1e-4, "atol": 1e-5}
 
 
 def hf_model(ours):
@@ -43,47 +38,19 @@ def reference():
     return {"loss": out.loss.detach(), "logits": out.logits.detach(), "grads": grads}
 
 
-@pytest.fixture(scope="module")
-def xla_runs(tmp_path_factory):
-    return run_workers(HERE / "preset_worker.py", (1, 8), tmp_path_factory.mktemp("t5"),
-                       args=["t5_cases"])
+class TestPresets(FamilyPresetTests):
+    cases = t5_cases
+    eager_tol = EAGER_TOL
+    # block 0 runs outside the scan, checkpointed
+    barrier_remats = ("checkpoint", "scan_checkpoint")
 
-
-@pytest.mark.parametrize("remat", REMATS)
-def test_eager_cpu_matches_transformers(reference, remat):
-    model = FAMILY.build(CONFIG, seed=0)
-    apply_remat(model, remat_preset(FAMILY, remat))
-    loss, logits = forward(model, batch())
-    loss.backward()
-    torch.testing.assert_close(logits, reference["logits"], **EAGER_TOL)
-    result = {"loss": loss.detach(), "grads": {n: p.grad for n, p in model.named_parameters()}}
-    assert_same_loss_and_grads(result, reference, EAGER_TOL)
-
-
-def test_xla_cpu_matches_transformers(xla_runs, reference):
-    result = xla_runs[1]["results"][("fsdp", "none")]
-    torch.testing.assert_close(result["logits"], reference["logits"], **XLA_TOL)
-    assert_same_loss_and_grads(result, reference, XLA_TOL)
-
-
-@pytest.mark.parametrize("remat", REMATS)
-@pytest.mark.parametrize("preset", MESHES)
-def test_presets_on_8_devices_match_1_device(xla_runs, preset, remat):
-    reference = xla_runs[1]["results"][("fsdp", "none")]
-    result = xla_runs[8]["results"][(preset, remat)]
-    assert_same_loss_and_grads(result, reference, XLA_TOL)
-    for name, planned in result["planned_shards"].items():
-        assert result["actual_shards"][name] == {planned}, name
-    assert result["hlo_has_remat"] == (remat == "checkpoint")
-
-
-def test_fsdp_tensor_layout_on_8_devices(xla_runs):
-    specs = xla_runs[8]["results"][("fsdp_tensor", "none")]["specs"]
-    # mesh fsdp=4 x tensor=2: column-parallel q has tensor on its output rows.
-    assert specs["encoder.block.0.layer.0.SelfAttention.q.weight"] == (
-        "{devices=[2,4]0,2,4,6,1,3,5,7}")
-    assert specs["decoder.block.1.layer.2.DenseReluDense.wo.weight"] == (
-        "{devices=[4,2]0,1,2,3,4,5,6,7}")
+    def test_fsdp_tensor_layout_on_8_devices(self, xla_runs):
+        specs = xla_runs[8]["results"][("fsdp_tensor", "none")]["specs"]
+        # mesh fsdp=4 x tensor=2: column-parallel q has tensor on its output rows.
+        assert specs["encoder.block.0.layer.0.SelfAttention.q.weight"] == (
+            "{devices=[2,4]0,2,4,6,1,3,5,7}")
+        assert specs["decoder.block.1.layer.2.DenseReluDense.wo.weight"] == (
+            "{devices=[4,2]0,1,2,3,4,5,6,7}")
 
 
 def test_hf_checkpoint_directory_loads(tmp_path):

@@ -3,25 +3,21 @@ on/off), every sharding x remat preset on 8 devices vs 1, the image pipeline, an
 `zoo train` / `zoo export` / `zoo eval` end to end on the embedded pattern set."""
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
 import transformers
-from preset_worker import remat_preset
+import vit_cases
+from family_presets import FamilyPresetTests
 from test_train import kill_after_first_checkpoint_then_rerun, losses, trained_run, zoo
-from vit_cases import CONFIG, MESHES, REMATS, batch, forward
-from xla_harness import assert_same_loss_and_grads, run_workers
+from vit_cases import CONFIG, batch
 
-from core.remat import apply_remat
 from core.vision import ImageBatches, ImageDataConfig, load_splits
 from zoo.vit.family import FAMILY, forward_flops
 from zoo.vit.hf import load_hf
 
-HERE = Path(__file__).resolve().parent
-# fp32. Eager CPU runs the same kernels as transformers; XLA:CPU fuses and reorders more.
+# fp32; eager CPU runs the same kernels as transformers.
 EAGER_TOL = {"rtol": 1e-5, "atol": 1e-6}
-XLA_TOL = {"rtol": 1e-4, "atol": 1e-5}
 
 
 @pytest.fixture(scope="module")
@@ -37,49 +33,16 @@ def reference():
             "grads": {n: p.grad for n, p in hf.named_parameters()}}
 
 
-@pytest.fixture(scope="module")
-def xla_runs(tmp_path_factory):
-    return run_workers(HERE / "preset_worker.py", (1, 8), tmp_path_factory.mktemp("vit"),
-                       args=["vit_cases"])
+class TestPresets(FamilyPresetTests):
+    cases = vit_cases
+    eager_tol = EAGER_TOL
 
-
-@pytest.mark.parametrize("remat", ["none", "checkpoint"])
-def test_eager_cpu_matches_transformers(reference, remat):
-    model = FAMILY.build(CONFIG, seed=0)
-    apply_remat(model, remat_preset(FAMILY, remat))
-    loss, logits = forward(model, batch())
-    loss.backward()
-    torch.testing.assert_close(logits, reference["logits"], **EAGER_TOL)
-    result = {"loss": loss.detach(), "grads": {n: p.grad for n, p in model.named_parameters()}}
-    assert_same_loss_and_grads(result, reference, EAGER_TOL)
-
-
-@pytest.mark.parametrize("remat", ["none", "scan"])
-def test_xla_cpu_matches_transformers(xla_runs, reference, remat):
-    result = xla_runs[1]["results"][("fsdp", remat)]
-    torch.testing.assert_close(result["logits"], reference["logits"], **XLA_TOL)
-    assert_same_loss_and_grads(result, reference, XLA_TOL)
-    assert result["hlo_has_scan"] == (remat == "scan")
-
-
-@pytest.mark.parametrize("remat", REMATS)
-@pytest.mark.parametrize("preset", MESHES)
-def test_presets_on_8_devices_match_1_device(xla_runs, preset, remat):
-    reference = xla_runs[1]["results"][("fsdp", "none")]
-    result = xla_runs[8]["results"][(preset, remat)]
-    assert_same_loss_and_grads(result, reference, XLA_TOL)
-    for name, planned in result["planned_shards"].items():
-        assert result["actual_shards"][name] == {planned}, name
-    assert result["hlo_has_scan"] == remat.startswith("scan")
-    assert result["hlo_has_remat"] == (remat == "checkpoint")  # scan remats by min-cut
-
-
-def test_fsdp_tensor_layout_on_8_devices(xla_runs):
-    specs = xla_runs[8]["results"][("fsdp_tensor", "none")]["specs"]
-    # mesh fsdp=4 x tensor=2: column-parallel q_proj has tensor on its output rows.
-    assert specs["vit.layers.0.attention.q_proj.weight"] == "{devices=[2,4]0,2,4,6,1,3,5,7}"
-    assert specs["vit.layers.0.mlp.fc2.weight"] == "{devices=[4,2]0,1,2,3,4,5,6,7}"
-    assert specs["vit.layernorm.weight"] == "{replicated}"
+    def test_fsdp_tensor_layout_on_8_devices(self, xla_runs):
+        specs = xla_runs[8]["results"][("fsdp_tensor", "none")]["specs"]
+        # mesh fsdp=4 x tensor=2: column-parallel q_proj has tensor on its output rows.
+        assert specs["vit.layers.0.attention.q_proj.weight"] == "{devices=[2,4]0,2,4,6,1,3,5,7}"
+        assert specs["vit.layers.0.mlp.fc2.weight"] == "{devices=[4,2]0,1,2,3,4,5,6,7}"
+        assert specs["vit.layernorm.weight"] == "{replicated}"
 
 
 def test_transformers_4_checkpoints_load(tmp_path):

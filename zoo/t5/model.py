@@ -6,8 +6,11 @@ no biases, an untied LM head. Names equal `transformers.T5ForConditionalGenerati
 safetensors load directly. The token embedding is `shared`; the stacks take embedded inputs
 (HF's tied `encoder.embed_tokens` aliases are not separate weights). No host syncs.
 
-Block 0 of each stack owns the bias table, so a stack is not homogeneous and has no scan
-preset; each block can be rematerialised (remat=checkpoint).
+Each stack's blocks form a `T5BlockStack` (a LayerStack), so remat presets can checkpoint
+every block or scan the stack. The position bias (plus masks) is computed once per stack from
+block 0's table, before the blocks run, and passed to every block as an extra: all blocks run
+the same computation. Only their parameters differ: block 0 also holds the table (where HF
+names put it). So under scan, block 0 runs on its own and blocks 1..N-1 are one scan.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from core.remat import LayerStack
+from core.remat import LayerStack, checkpointed
 from zoo.t5.config import T5Config
 
 MASKED = -1e30  # added to the scores of masked keys (finite: no inf - inf in backward)
@@ -155,12 +158,29 @@ class T5Block(nn.Module):
         return self.layer[-1](x)
 
 
+class T5BlockStack(LayerStack):
+    """The blocks of one stack. Block 0 also holds the bias table, so its parameters differ
+    from the others': under scan it runs on its own (checkpointed when the scanned blocks
+    are rematerialised) and only blocks 1..N-1 are scanned."""
+
+    def _scan(self, hidden, extras):
+        if self.remat_in_scan:
+            hidden = checkpointed(self[0].forward, hidden, *extras)
+        else:
+            hidden = self[0](hidden, *extras)
+        rest = self[1:]  # a ModuleList slice: a T5BlockStack of the same blocks
+        if len(rest):
+            rest.remat_in_scan = self.remat_in_scan
+            hidden = LayerStack._scan(rest, hidden, extras)
+        return hidden
+
+
 class T5Stack(nn.Module):
     def __init__(self, config: T5Config, is_decoder: bool):
         super().__init__()
         count = config.num_decoder_layers if is_decoder else config.num_layers
         self.is_decoder = is_decoder
-        self.block = LayerStack(
+        self.block = T5BlockStack(
             [T5Block(config, is_decoder, relative_bias=i == 0) for i in range(count)]
         )
         self.final_layer_norm = T5LayerNorm(config.d_model, config.layer_norm_epsilon)
