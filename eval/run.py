@@ -1,8 +1,9 @@
 """`zoo eval`: score a training run, checkpoint or Hugging Face folder.
 
 Language models go through lm-eval: tasks are resolved (and Hub datasets checked) before any
-model is loaded; `--device xla` scores causal LMs with the zoo model on the XLA device
-(eval/xla_lm.py); cpu/cuda use lm-eval's own `hf` backend (causal or seq2seq). Families with
+model is loaded; `--device xla` scores with the zoo model on the XLA device
+(eval/xla_lm.py); cpu/cuda use lm-eval's own `hf` backend (eval/hf_lm.py). Both handle
+causal and seq2seq models. Families with
 their own evaluation (image classifiers: top-1) provide `evaluate`. A training checkpoint is
 exported once to RUN/hf/step-N and reused.
 """
@@ -85,15 +86,13 @@ def _lm_eval(folder: Path, backend: str, device: str, batch_size: int, **common)
     import lm_eval
 
     if device == "xla":
-        if backend != "causal":
-            raise UserError(f"--device xla scores causal LMs only; use --device cpu for "
-                            f"{backend} models")
         from eval.xla_lm import ZooXLALM
 
-        model = ZooXLALM(pretrained=str(folder), batch_size=batch_size)
+        model = ZooXLALM(pretrained=str(folder), batch_size=batch_size, backend=backend)
         return lm_eval.simple_evaluate(model=model, **common)
-    return lm_eval.simple_evaluate(model="hf", model_args=f"pretrained={folder},backend={backend}",
-                                   device=device, batch_size=batch_size, **common)
+    from eval.hf_lm import hf_lm
+
+    return lm_eval.simple_evaluate(model=hf_lm(folder, backend, device, batch_size), **common)
 
 
 def metric_rows(results: dict) -> list[tuple]:

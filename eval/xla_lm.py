@@ -3,7 +3,9 @@
 It extends lm-eval's `hf` backend, so requests are tokenized, batched and scored by exactly
 the same code; only the forward pass differs: the zoo model (built from the same exported
 folder) runs on XLA with every batch padded to a fixed batch size and a length bucket, so
-the graph compiles once per bucket instead of once per batch shape.
+the graph compiles once per bucket instead of once per batch shape. Causal LMs score the
+concatenated request; seq2seq models (T5) encode the context and score the continuation by
+teacher forcing, as transformers does when given `labels`.
 """
 
 from __future__ import annotations
@@ -29,17 +31,33 @@ class ZooXLALM(HFLM):
         self.zoo_model = _load_zoo_model(pretrained)
 
     def _model_call(self, inps: torch.Tensor, attn_mask=None, labels=None) -> torch.Tensor:
-        import torch_xla
-
-        batch, length = inps.shape
-        bucket = next((b for b in BUCKETS if b >= length), length)
-        padded = torch.full((max(self.fixed_batch, batch), bucket), self.tokenizer.pad_token_id
-                            or 0, dtype=inps.dtype)
-        padded[:batch, :length] = inps  # right padding: causal positions before it unchanged
+        pad = self.tokenizer.pad_token_id or 0
         with torch.no_grad():
-            logits = self.zoo_model(padded.to(torch_xla.device()))
+            if labels is None:  # causal: right padding leaves earlier positions unchanged
+                scored = inps
+                logits = self.zoo_model(self._fixed_shape(inps, pad))
+            else:
+                scored = labels
+                start = torch.full_like(labels[:, :1], self.config.decoder_start_token_id)
+                decoder_inputs = torch.cat([start, labels[:, :-1]], dim=1)
+                logits = self.zoo_model(
+                    self._fixed_shape(inps, pad), self._fixed_shape(attn_mask, 0),
+                    self._fixed_shape(decoder_inputs, pad),
+                    self._fixed_shape(torch.ones_like(labels), 0),
+                )
+        batch, length = scored.shape
         # Slice on the host: a device-side slice would compile once per batch shape.
         return logits.float().cpu()[:batch, :length]
+
+    def _fixed_shape(self, tensor: torch.Tensor, fill: int) -> torch.Tensor:
+        """[b, n] padded with `fill` to [the fixed batch, n's length bucket], on XLA."""
+        import torch_xla
+
+        batch, length = tensor.shape
+        bucket = next((b for b in BUCKETS if b >= length), length)
+        padded = torch.full((max(self.fixed_batch, batch), bucket), fill, dtype=tensor.dtype)
+        padded[:batch, :length] = tensor
+        return padded.to(torch_xla.device())
 
 
 def _load_zoo_model(folder: str):

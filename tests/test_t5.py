@@ -1,6 +1,8 @@
 """T5: parity with transformers' T5ForConditionalGeneration (eager CPU and XLA:CPU, scan
 on/off), every sharding x remat preset on 8 devices vs 1, FLOPs, the pair pipeline, and
-`zoo train` / `zoo export` end to end on the embedded task."""
+`zoo train` / `zoo export` / `zoo eval` (hf and XLA backends) end to end on the embedded task."""
+
+import json
 
 import pytest
 import t5_cases
@@ -106,8 +108,18 @@ def test_export_loads_in_transformers_and_generates(trained, tmp_path):
     assert out.shape[1] > 1
 
 
-def test_eval_scores_through_lm_evals_seq2seq_backend(trained, tmp_path):
-    result = zoo("eval", str(trained), "--tasks", "arc_easy_sample", "--limit", "8",
-                 "--out", str(tmp_path))
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert "arc_easy_sample" in result.stdout and (tmp_path / "eval_results.json").is_file()
+def test_eval_on_xla_matches_lm_evals_seq2seq_backend(trained, tmp_path):
+    scores = {}
+    for device in ("cpu", "xla"):
+        result = zoo("eval", str(trained), "--tasks", "arc_easy_sample", "--limit", "8",
+                     "--device", device, "--out", str(tmp_path / device))
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert "arc_easy_sample" in result.stdout
+        scores[device] = json.loads((tmp_path / device / "eval_results.json").read_text())
+    hf, xla = scores["cpu"], scores["xla"]
+    # fp32 on both; XLA:CPU fuses and reorders sums
+    for ours, theirs in zip(xla["loglikelihoods"]["arc_easy_sample"],
+                            hf["loglikelihoods"]["arc_easy_sample"], strict=True):
+        assert ours == pytest.approx(theirs, abs=1e-3)
+    assert xla["results"]["arc_easy_sample"]["acc,none"] == hf["results"]["arc_easy_sample"][
+        "acc,none"]
