@@ -9,7 +9,8 @@ Each complete checkpoint is one folder under the run's checkpoint directory:
                                   optimizer state tensor (exp_avg, exp_avg_sq, step, ...)
         trainer.pt                optimizer param groups (by parameter name), LR scheduler
         rng-00000.pt              per process: torch CPU and torch_xla RNG states
-        model.safetensors         full unsharded weights, state_dict (Hugging Face) names
+        model.safetensors         only with consolidate=True: full unsharded weights by
+                                  state_dict (Hugging Face) name
         meta.json                 step, data position, `extra`, process/device counts
     DIR/.tmp-step-00000050/       a save in progress or a crashed one: never read
 
@@ -23,8 +24,10 @@ reads the checkpoint's metadata, allocates zero tensors of the saved shapes (the
 like their parameter on the parameter's device, with its sharding), loads into them in place
 and hands the result to `optimizer.load_state_dict`.
 
-`load_checkpoint` reads only `model.safetensors` and never imports torch_xla, so evaluation
-and export run anywhere. The rest imports torch_xla lazily, inside the methods.
+`load_checkpoint` reads the model's shards (or `model.safetensors`) on the host CPU and never
+imports torch_xla, so evaluation and export run anywhere. Consolidating at save time is off by
+default: it gathers every full tensor into every host's memory (280 GB for a 70B model in
+fp32) on each save. The rest imports torch_xla lazily, inside the methods.
 """
 
 from __future__ import annotations
@@ -81,11 +84,12 @@ class Checkpointer:
     from the training loop, e.g. once a SIGTERM handler has set a flag.
     """
 
-    def __init__(self, directory: str | Path, keep: int = 3):
+    def __init__(self, directory: str | Path, keep: int = 3, consolidate: bool = False):
         if keep < 1:
             raise CheckpointError(f"checkpoint keep must be at least 1, got {keep}")
         self.directory = Path(directory)
         self.keep = keep
+        self.consolidate = consolidate
 
     def latest_step(self) -> int | None:
         steps = complete_steps(self.directory)
@@ -143,6 +147,26 @@ class Checkpointer:
         with _quiet_single_process():
             dcp.save(state, storage_writer=writer, planner=SPMDSavePlanner(), process_group=group)
         _torch_save(rng, tmp / f"rng-{process:05d}.pt")
+        if self.consolidate:
+            self._write_weights(model, tmp, process)
+        if process == 0:
+            trainer = {
+                "param_groups": groups,
+                "optimizer_values": opt_values,
+                "scheduler": scheduler.state_dict() if scheduler is not None else None,
+            }
+            _torch_save(trainer, tmp / _TRAINER_FILE)
+            meta.update(processes=processes, devices=xr.global_runtime_device_count())
+            _write_text(tmp / _META_FILE, json.dumps(meta, indent=1, sort_keys=True))
+        _barrier(group)
+        if process == 0:
+            self._commit(tmp, final)
+            self._prune()
+        _barrier(group)
+        return final
+
+    @staticmethod
+    def _write_weights(model, tmp: Path, process: int) -> None:
         # `.cpu()` on a sharded XLA tensor gathers the full tensor; it is a collective, so
         # every process runs it and process 0 writes.
         with _quiet_single_process():
@@ -153,21 +177,6 @@ class Checkpointer:
             save_file(weights, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
             os.chmod(tmp / WEIGHTS_FILE, 0o644)  # safetensors creates it owner-only
             _fsync(tmp / WEIGHTS_FILE)
-            trainer = {
-                "param_groups": groups,
-                "optimizer_values": opt_values,
-                "scheduler": scheduler.state_dict() if scheduler is not None else None,
-            }
-            _torch_save(trainer, tmp / _TRAINER_FILE)
-            meta.update(processes=processes, devices=xr.global_runtime_device_count())
-            _write_text(tmp / _META_FILE, json.dumps(meta, indent=1, sort_keys=True))
-        del weights
-        _barrier(group)
-        if process == 0:
-            self._commit(tmp, final)
-            self._prune()
-        _barrier(group)
-        return final
 
     def _commit(self, tmp: Path, final: Path) -> None:
         """Make `tmp` visible as `final` with one rename (replacing a same-step checkpoint)."""
@@ -258,19 +267,42 @@ def load_checkpoint(path: str | Path) -> dict[str, torch.Tensor]:
     whose checkpoints are in `checkpoints/` (the trainer's layout); the latter two give the
     newest complete checkpoint.
     """
-    from safetensors.torch import load_file
-
     path = Path(path)
-    if (path / WEIGHTS_FILE).is_file():
-        return load_file(str(path / WEIGHTS_FILE))
+    if _is_checkpoint(path):
+        return _read_weights(path)
     for folder in (path, path / RUN_SUBDIR):
         steps = complete_steps(folder)
         if steps:
-            return load_file(str(folder / step_dir_name(steps[-1]) / WEIGHTS_FILE))
+            return _read_weights(folder / step_dir_name(steps[-1]))
     raise CheckpointError(
-        f"{path} is neither a checkpoint folder (no {WEIGHTS_FILE}) nor a folder with "
-        f"complete step-NNNNNNNN checkpoints (directly or in {RUN_SUBDIR}/)"
+        f"{path} is neither a checkpoint folder (no {WEIGHTS_FILE} or shards) nor a folder "
+        f"with complete step-NNNNNNNN checkpoints (directly or in {RUN_SUBDIR}/)"
     )
+
+
+def _is_checkpoint(folder: Path) -> bool:
+    return (folder / WEIGHTS_FILE).is_file() or (folder / ".metadata").is_file()
+
+
+def _read_weights(folder: Path) -> dict[str, torch.Tensor]:
+    """The consolidated file when there is one; otherwise the `model.` entries of the DCP
+    shards, assembled into full tensors on the host (optimizer state is not read)."""
+    if (folder / WEIGHTS_FILE).is_file():
+        from safetensors.torch import load_file
+
+        return load_file(str(folder / WEIGHTS_FILE))
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    reader = dcp.FileSystemReader(str(folder))
+    state = {
+        name: torch.empty(meta.size, dtype=meta.properties.dtype)
+        for name, meta in reader.read_metadata().state_dict_metadata.items()
+        if name.startswith("model.") and isinstance(meta, TensorStorageMetadata)
+    }
+    with _quiet_single_process():
+        dcp.load(state, storage_reader=reader, no_dist=True)
+    return {name.removeprefix("model."): tensor for name, tensor in state.items()}
 
 
 # -- helpers -------------------------------------------------------------------------------

@@ -55,6 +55,9 @@ class TrainConfig:
     log_every: int = 10
     checkpoint_every: int = 50
     keep_checkpoints: int = 3
+    # also write full unsharded weights (model.safetensors) with every checkpoint: a gather
+    # of every tensor into each host's memory; export and eval read the shards without it
+    consolidate_checkpoints: bool = False
     sharding: str = "fsdp"  # preset name in the model family's sharding/ folder
     remat: str = "none"  # preset name in the model family's remat/ folder
     init_from: str | None = None  # Hugging Face checkpoint directory to start from
@@ -101,7 +104,8 @@ class Trainer:
         self.plan = shard_model(self.model, rules, self.mesh)
         self.optimizer = build_optimizer(config.optim, self.model.parameters())
         self.scheduler = build_schedule(config.schedule, self.optimizer, config.steps)
-        self.checkpointer = Checkpointer(self.run_dir / "checkpoints", keep=config.keep_checkpoints)
+        self.checkpointer = Checkpointer(self.run_dir / "checkpoints", keep=config.keep_checkpoints,
+                                         consolidate=config.consolidate_checkpoints)
         self.forward_flops_per_item = forward_flops_per_item
         self.step = 0
         self.side_compiles = 0

@@ -1,6 +1,6 @@
 """`zoo export`: a training checkpoint -> a Hugging Face model folder.
 
-Reads the checkpoint's consolidated `model.safetensors` once (no torch_xla needed), writes
+Reads the checkpoint's model weights once on the host (no torch_xla needed), writes
 config.json, safetensors shards (with an index when there is more than one), tokenizer and
 generation config into a temporary folder, and renames it into place when complete.
 """

@@ -18,7 +18,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("PJRT_DEVICE", "CPU")
 
-import safetensors.torch  # noqa: E402
 import torch  # noqa: E402
 import torch_xla  # noqa: E402
 import torch_xla.core.xla_model as xm  # noqa: E402
@@ -103,19 +102,20 @@ def phase1(out: Path, devices: int) -> dict:
             checkpointer.save(step, model, optimizer, scheduler, step * BATCH, {"note": step})
             saved[step] = snapshot(model, optimizer, scheduler)
     folders = sorted(p.name for p in run.iterdir())
+    # The same state with the consolidated weights file too.
+    Checkpointer(out / f"consolidated-{devices}", consolidate=True).save(
+        STEPS, model, optimizer, scheduler)
 
     # A save that dies after the shards are written but before the rename.
-    real_save_file = safetensors.torch.save_file
-
     def crash(*args, **kwargs):
         raise KeyboardInterrupt("killed mid-save")
 
-    safetensors.torch.save_file = crash
+    checkpointer._commit = crash
     try:
         checkpointer.save(STEPS + 2, model, optimizer, scheduler)
     except KeyboardInterrupt:
         pass
-    safetensors.torch.save_file = real_save_file
+    del checkpointer._commit
     after_crash = {"latest": checkpointer.latest_step(), "folders": sorted(os.listdir(run))}
 
     model, optimizer, scheduler, mesh = build(seed=1)

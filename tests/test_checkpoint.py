@@ -147,15 +147,20 @@ def test_load_checkpoint_needs_no_torch_xla_and_gives_full_hf_named_tensors(runs
         "from core.checkpoint import load_checkpoint\n"
         f"latest = load_checkpoint({str(run_dir)!r})\n"
         f"older = load_checkpoint({str(run_dir / 'step-00000004')!r})\n"
+        f"consolidated = load_checkpoint({str(runs['out'] / 'consolidated-4')!r})\n"
         "assert 'torch_xla' not in sys.modules, 'torch_xla was imported'\n"
-        f"torch.save({{'latest': latest, 'older': older}}, {str(dest)!r})\n"
+        f"torch.save({{'latest': latest, 'older': older, 'consolidated': consolidated}}, "
+        f"{str(dest)!r})\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 0, result.stderr[-3000:]
     loaded = torch.load(dest)
-    for key, step in (("latest", STEPS), ("older", RESTORE_STEP)):
+    # from the shards (the default), and from model.safetensors (consolidate=True)
+    assert not list(run_dir.rglob("model.safetensors"))
+    assert (runs["out"] / f"consolidated-4/step-{STEPS:08d}/model.safetensors").is_file()
+    for key, step in (("latest", STEPS), ("older", RESTORE_STEP), ("consolidated", STEPS)):
         expected = runs[4]["saved"][step]["params"]
         assert sorted(loaded[key]) == sorted(expected)  # state_dict (Hugging Face) names
         for name, value in expected.items():
