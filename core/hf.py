@@ -50,6 +50,18 @@ def read_safetensors(folder: Path) -> dict[str, torch.Tensor]:
     return state
 
 
+def read_safetensor(folder: Path, name: str) -> torch.Tensor | None:
+    """One tensor of a (possibly sharded) safetensors checkpoint, without reading the rest;
+    None when no file holds it."""
+    from safetensors import safe_open
+
+    for file in sorted(folder.glob("*.safetensors")):
+        with safe_open(str(file), "pt") as tensors:
+            if name in tensors.keys():
+                return tensors.get_tensor(name)
+    return None
+
+
 def load_state(model, state: dict[str, torch.Tensor], source: str) -> None:
     """Copy `state` into `model` in fp32; names and shapes must match exactly."""
     expected = {name: p.shape for name, p in model.state_dict().items()}

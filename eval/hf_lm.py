@@ -8,10 +8,11 @@ embedding as the head. Models whose head really is tied are left alone.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
+
+from core.hf import read_safetensor
 
 HEAD = "lm_head.weight"
 
@@ -29,20 +30,8 @@ def restore_untied_head(model, folder: Path) -> None:
     head, embedding = model.get_output_embeddings(), model.get_input_embeddings()
     if head is None or head.weight is not embedding.weight:
         return
-    stored = stored_tensor(folder, HEAD)
+    stored = read_safetensor(folder, HEAD)
     if stored is None or torch.equal(stored, embedding.weight.detach().cpu().to(stored.dtype)):
         return
     head.weight = torch.nn.Parameter(stored.to(embedding.weight), requires_grad=False)
 
-
-def stored_tensor(folder: Path, name: str) -> torch.Tensor | None:
-    """One tensor of a (possibly sharded) safetensors checkpoint, or None if absent."""
-    from safetensors import safe_open
-
-    index = folder / "model.safetensors.index.json"
-    file = (json.loads(index.read_text())["weight_map"].get(name) if index.is_file()
-            else "model.safetensors")
-    if file is None or not (folder / file).is_file():
-        return None
-    with safe_open(str(folder / file), "pt") as tensors:
-        return tensors.get_tensor(name) if name in tensors.keys() else None
