@@ -209,15 +209,20 @@ def shard_model(model, rules: ShardingRules, mesh) -> list[ParamPlan]:
     """
     import torch_xla.distributed.spmd as xs
 
-    mesh_axes = axis_sizes(mesh)
-    plan = plan_params(model, rules, mesh_axes)
+    plan = plan_params(model, rules, axis_sizes(mesh))
     params = dict(model.named_parameters())
     for entry in plan:
         xs.mark_sharding(params[entry.name], mesh, entry.spec)
+    shard_activations(model, rules, mesh)
+    return plan
+
+
+def shard_activations(model, rules: ShardingRules, mesh) -> None:
+    """Hook the outputs of the modules the activation rules name, to mark their sharding."""
+    mesh_axes = axis_sizes(mesh)
     modules = dict(model.named_modules())
     for name, rule in match_activations(model, rules).items():
         modules[name].register_forward_hook(_output_sharder(name, rule, mesh, mesh_axes))
-    return plan
 
 
 def _output_sharder(name: str, rule: Rule, mesh, mesh_axes):

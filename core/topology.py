@@ -44,6 +44,9 @@ GENERATIONS: dict[str, Generation] = {
     "v5e": Generation("v5e", 1, 1, 197e12, 16 * GiB, 8, False, (1, 4, 8, 16, 32, 64, 128, 256)),
     "v6e": Generation("v6e", 1, 1, 918e12, 32 * GiB, 8, False, (1, 4, 8, 16, 32, 64, 128, 256)),
 }
+# HBM bandwidth per chip (bytes/s, Google's specs): the memory side of a roofline estimate.
+HBM_BYTES_PER_S = {"v2": 700e9, "v3": 900e9, "v4": 1228e9, "v5p": 2765e9, "v5e": 819e9,
+                   "v6e": 1640e9}
 ALIASES = {"v5litepod": "v5e"}
 VALID_FORMS = (
     "v2-N, v3-N, v4-N, v5p-N (N = TensorCores, e.g. v4-32), "

@@ -1,0 +1,265 @@
+"""The real TPU compiler without a TPU: libtpu in compile-only mode (through JAX's
+compile-only client) compiles an SPMD HLO program for a slice's topology and reports what
+the slice would see: per-chip memory, FLOPs, the compiler's roofline time and the
+collectives it inserted. Nothing runs; the numbers are the compiler's, not a measurement.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import re
+import time
+
+from core.errors import UserError
+from core.topology import HBM_BYTES_PER_S, Topology
+
+ELEMENT_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "bf16": 2, "f16": 2,
+                 "s32": 4, "u32": 4, "f32": 4, "s64": 8, "u64": 8, "f64": 8}
+COLLECTIVES = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute")
+
+
+@dataclasses.dataclass
+class CompiledStep:
+    """What the TPU compiler says of one program on one slice (per chip)."""
+
+    argument_bytes: int
+    output_bytes: int
+    alias_bytes: int
+    temp_bytes: int
+    code_bytes: int
+    flops: float  # per chip per step, from the compiler's cost analysis
+    bytes_accessed: float  # HBM traffic per chip per step, from the same analysis
+    optimal_seconds: float | None  # the compiler's own step-time estimate (if it gives one)
+    collectives: dict  # kind -> {"count": n, "bytes": b}, loop bodies times their trip count
+    compile_seconds: float
+
+    def roofline_seconds(self, topo: Topology) -> tuple[float, str]:
+        """The compiler's step-time estimate and where it comes from: its own
+        `optimal_seconds` when it gives one, else the roofline of its FLOPs and HBM bytes
+        against the chip's peaks (communication not counted). An estimate, never a
+        measurement."""
+        if self.optimal_seconds:
+            return self.optimal_seconds, "the compiler's optimal_seconds"
+        compute = self.flops / topo.peak_bf16_flops_per_chip
+        memory = self.bytes_accessed / HBM_BYTES_PER_S[topo.generation]
+        return max(compute, memory), "roofline of the compiler's FLOPs and HBM bytes"
+
+    @property
+    def total_bytes(self) -> int:
+        """Peak HBM per chip: inputs, outputs not aliased to inputs, scratch and code."""
+        return (self.argument_bytes + self.output_bytes - self.alias_bytes + self.temp_bytes
+                + self.code_bytes)
+
+
+@dataclasses.dataclass
+class OutOfMemory:
+    """The compiler's refusal: the program's own buffers exceed the chip's usable HBM.
+    Its check covers the program (temporaries, code), not the arguments."""
+
+    program_bytes: int  # what the compiler found the program needs, at least
+    usable_bytes: int  # HBM the compiler may use on one chip
+    largest: list[str]  # its largest allocations: size, shape, what
+    compile_seconds: float
+
+
+_OOM = re.compile(r"Used ([\d.]+)([KMGT]) of ([\d.]+)([KMGT]) hbm")
+_ALLOCATION = re.compile(r"Size: ([\d.]+[KMGT]?)\n(?:.*\n)*?\s*Shape: (\S+)\n(?:.*\n)*?"
+                         r"\s*XLA label: ([^=\n]+)")
+_UNITS = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def parse_out_of_memory(message: str, seconds: float) -> OutOfMemory | None:
+    """The numbers of libtpu's 'Ran out of memory in memory space hbm' error, or None."""
+    match = _OOM.search(message)
+    if not match:
+        return None
+    used, used_unit, usable, usable_unit = match.groups()
+    largest = [f"{size} {shape.split('{')[0]} ({label.strip()})"
+               for size, shape, label in _ALLOCATION.findall(message)[:3]]
+    return OutOfMemory(int(float(used) * _UNITS[used_unit]),
+                       int(float(usable) * _UNITS[usable_unit]), largest, seconds)
+
+
+def compile_target(topo: Topology) -> dict:
+    """`get_topology_desc` arguments for a slice: chip kind, 3-D (v4/v5p) or 2-D chip grid,
+    megacore for chips whose two TensorCores act as one device, chips per host, wrap."""
+    if not topo.is_tpu or topo.generation in ("v2", "v3"):
+        raise UserError(f"--compile needs a v4, v5p, v5e or v6e slice, not {topo.name}")
+    chips = topo.chips
+    if topo.generation in ("v4", "v5p"):
+        dims = _cube_order(chips)
+        bounds = (2, 2, 1) if chips >= 4 else tuple(dims)
+        wrap = tuple(d >= 4 and chips >= 64 for d in dims)  # full 4x4x4 cubes are tori
+        shape, config = "x".join(map(str, dims)), "megacore"
+    else:
+        x = 1 << ((chips.bit_length() - 1) // 2)
+        dims = (x, chips // x)
+        bounds = (2, 2, 1) if topo.hosts > 1 else (dims[0], dims[1], 1)
+        wrap = (False, False, False)
+        shape, config = "x".join(map(str, dims)), "default"
+    return {"topology_name": f"{topo.generation}:{shape}", "chip_config_name": config,
+            "chips_per_host_bounds": bounds, "num_slices": 1, "wrap": wrap}
+
+
+def _cube_order(chips: int) -> tuple[int, int, int]:
+    """v4/v5p chip grids as Google lays them out: 2x2x1, 2x2x2, 2x2x4, 2x4x4, 4x4x4, 4x4x8..."""
+    if chips < 4:
+        return (chips, 1, 1)
+    dims = [2, 2, 1]
+    order = [2, 2, 1, 0]  # z doubles first to 4, then y, then x; afterwards z, y, x in turn
+    step = 0
+    while dims[0] * dims[1] * dims[2] < chips:
+        axis = order[step] if step < len(order) else (2, 1, 0)[(step - len(order)) % 3]
+        dims[axis] *= 2
+        step += 1
+    return tuple(dims)
+
+
+@contextlib.contextmanager
+def quiet_stderr():
+    """libtpu logs warnings about the TPU it does not find (TPU_ACCELERATOR_TYPE, worker
+    hostnames) straight to file descriptor 2; hide them while the compiler is in use."""
+    saved = os.dup(2)
+    with open(os.devnull, "w") as null:
+        os.dup2(null.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+def tpu_devices(topo: Topology):
+    """The slice's devices as compile-only JAX devices (no TPU needed)."""
+    import importlib.util
+
+    if importlib.util.find_spec("libtpu") is None and not os.environ.get("TPU_LIBRARY_PATH"):
+        raise UserError("the TPU compiler (libtpu) is not installed: run ./setup_vm.sh, or "
+                        "pip install -e '.[tpu-compile]'")
+    os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")  # no GCE metadata lookups off a TPU VM
+    # compile-only use holds no chip: let several processes (plans, tests) load libtpu
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+    from jax.experimental.topologies import get_topology_desc
+
+    with quiet_stderr():
+        devices = get_topology_desc(platform="tpu", **compile_target(topo)).devices
+    if len(devices) != topo.devices:
+        raise UserError(f"the TPU compiler laid out {len(devices)} devices for {topo.name}, "
+                        f"expected {topo.devices}")
+    return devices
+
+
+def compile_hlo(hlo_text: str, topo: Topology) -> CompiledStep | OutOfMemory:
+    """Compile an SPMD HLO module (text, shardings written in) for every device of `topo`;
+    OutOfMemory when the compiler finds its program cannot fit a chip."""
+    import numpy as np
+    from jax._src.interpreters import mlir
+    from jax._src.lib import _jax
+    from jax._src.lib import xla_client as xc
+
+    devices = tpu_devices(topo)
+    proto = xc._xla.hlo_module_from_text(hlo_text).as_serialized_hlo_module_proto()
+    with mlir.make_ir_context():
+        module = mlir.ir.Module.parse(xc._xla.mlir.hlo_to_stablehlo(proto))
+        bytecode = mlir.module_to_bytecode(module)
+    options = xc.CompileOptions()
+    build = options.executable_build_options
+    build.use_spmd_partitioning = True
+    build.num_partitions = len(devices)
+    build.num_replicas = 1
+    build.device_assignment = xc.DeviceAssignment.create(
+        np.arange(len(devices)).reshape(1, len(devices)))
+    start = time.perf_counter()
+    try:
+        with quiet_stderr():
+            executable = devices[0].client.compile(
+                bytecode, executable_devices=xc.DeviceList(tuple(devices)),
+                compile_options=options)
+    except _jax.XlaRuntimeError as error:
+        refusal = parse_out_of_memory(str(error), time.perf_counter() - start)
+        if refusal is None:
+            raise
+        return refusal
+    seconds = time.perf_counter() - start
+    memory = executable.get_compiled_memory_stats()
+    costs = executable.cost_analysis()
+    costs = costs[0] if isinstance(costs, list) else costs
+    compiled_text = "\n".join(m.to_string() for m in executable.hlo_modules())
+    optimal = costs.get("optimal_seconds")
+    return CompiledStep(
+        argument_bytes=memory.argument_size_in_bytes,
+        output_bytes=memory.output_size_in_bytes,
+        alias_bytes=memory.alias_size_in_bytes,
+        temp_bytes=memory.temp_size_in_bytes,
+        code_bytes=memory.generated_code_size_in_bytes,
+        flops=float(costs.get("flops", 0.0)),
+        bytes_accessed=float(costs.get("bytes accessed", 0.0)),
+        optimal_seconds=float(optimal) if optimal and optimal > 0 else None,
+        collectives=count_collectives(compiled_text),
+        compile_seconds=seconds,
+    )
+
+
+_COMPUTATION = re.compile(r"^(?:ENTRY )?%?([\w.\-]+) ")
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%?[\w.\-]+ = (.+?) ([\w\-]+)\(")
+_SHAPE = re.compile(r"\b(" + "|".join(ELEMENT_BYTES) + r")\[([\d,]*)\]")
+_CALLS = re.compile(r"(?:calls|body|to_apply|branch_computations)=\{?%?([\w.\-, %]+)\}?")
+_TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"')
+
+
+def count_collectives(hlo_text: str) -> dict:
+    """Collectives by kind in compiled HLO: count and result bytes (per chip, per step).
+    Bytes are those of the full buffers (all-gather output, reduce-scatter input), summed
+    over the tuple of a combined collective. Async
+    pairs count once (at their `-done`); the TPU compiler's `all-reduce-scatter` fusions
+    are reduce-scatters; an op inside a loop body counts once per trip
+    (`known_trip_count`), so a scanned and an unrolled stack compare."""
+    bodies: dict[str, list[str]] = {}
+    current = None
+    for line in hlo_text.split("\n"):
+        if line and not line.startswith(" ") and line.rstrip().endswith("{"):
+            match = _COMPUTATION.match(line)
+            current = match.group(1) if match else None
+            bodies.setdefault(current, [])
+        elif current is not None and line.startswith(" "):
+            bodies[current].append(line)
+    entries = [name for name in bodies if re.search(
+        rf"^ENTRY %?{re.escape(name)} ", hlo_text, re.M)]
+    totals = {kind: {"count": 0, "bytes": 0} for kind in COLLECTIVES}
+
+    def visit(name: str, times: int, depth: int = 0):
+        if depth > 50 or name not in bodies:
+            return
+        for line in bodies[name]:
+            match = _INSTRUCTION.match(line)
+            if match:
+                shape, op = match.groups()
+                kind = op.removesuffix("-done")
+                if kind == "all-reduce" and name.startswith("all-reduce-scatter"):
+                    kind = "reduce-scatter"  # TPU fuses all-reduce + slice into one
+                if kind in COLLECTIVES and not op.endswith("-start"):
+                    totals[kind]["count"] += times
+                    totals[kind]["bytes"] += times * _array_bytes(shape)
+            trip = _TRIP.search(line)
+            for called in _CALLS.findall(line):
+                for callee in re.split(r"[, %]+", called):
+                    if callee:
+                        visit(callee, times * (int(trip.group(1)) if trip and "body=" in line
+                                               else 1), depth + 1)
+
+    for entry in entries:
+        visit(entry, 1)
+    return {kind: value for kind, value in totals.items() if value["count"]}
+
+
+def _array_bytes(shape_text: str) -> int:
+    """Bytes of a result shape; a tuple (collectives the compiler combined) sums its parts."""
+    total = 0
+    for dtype, dims in _SHAPE.findall(shape_text):
+        count = 1
+        for dim in filter(None, dims.split(",")):
+            count *= int(dim)
+        total += count * ELEMENT_BYTES[dtype]
+    return total
