@@ -44,6 +44,13 @@ def load(schema: type[T], files=(), overrides=()) -> T:
         raise ConfigError(str(error)) from None
 
 
+def sets_key(key: str, files=(), overrides=()) -> bool:
+    """Whether the user gave top-level `key` (in a YAML file or an override), as opposed to
+    the schema's default: some defaults are then raised to suit the slice."""
+    given = any(o.partition("=")[0] == key for o in overrides)
+    return given or any(key in (OmegaConf.load(path) or {}) for path in files)
+
+
 def _merge(schema, cfg, other, where: str) -> None:
     try:
         cfg.merge_with(other)

@@ -96,9 +96,7 @@ class Trainer:
         self.topology = topology.parse(config.tpu)
         self.mesh = build_mesh(config.mesh)
         self.devices = xr.global_runtime_device_count()
-        self.bf16 = config.precision == "bf16" or (
-            config.precision == "auto" and self.topology.is_tpu
-        )
+        self.bf16 = uses_bf16(config, self.topology)
         apply_remat(model, remat)
         self.model = model.to(torch_xla.device())
         self.plan = shard_model(self.model, rules, self.mesh)
@@ -110,6 +108,17 @@ class Trainer:
         self.step = 0
         self.side_compiles = 0
         self._stop_requested = False
+
+    @classmethod
+    def for_tracing(cls, config: TrainConfig, model, plan, mesh, optimizer, scheduler) -> Trainer:
+        """A trainer without data or checkpoints around a ready (sharded) model and
+        optimizer: enough to trace `train_step` ahead of time (`zoo plan --compile`)."""
+        trainer = cls.__new__(cls)
+        trainer.config, trainer.model, trainer.plan, trainer.mesh = config, model, plan, mesh
+        trainer.optimizer, trainer.scheduler = optimizer, scheduler
+        trainer.topology = topology.parse(config.tpu)
+        trainer.bf16 = uses_bf16(config, trainer.topology)
+        return trainer
 
     # ---- override points -------------------------------------------------------------
     @classmethod
@@ -251,6 +260,11 @@ class Trainer:
             f"this host's measured {dtype} matmul peak {peak / 1e9:.0f} GFLOP/s "
             f"(shared by {self.devices} virtual devices)"
         )
+
+
+def uses_bf16(config: TrainConfig, topo: topology.Topology) -> bool:
+    """precision=auto means bf16 autocast on TPU, fp32 elsewhere."""
+    return config.precision == "bf16" or (config.precision == "auto" and topo.is_tpu)
 
 
 def _micro_batches(batch: dict, accum: int):

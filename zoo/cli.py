@@ -266,14 +266,26 @@ def bench(mfu, suite, models, tpu, steps, out, compare, baseline, tolerance, pro
 @click.argument("overrides", nargs=-1)
 @click.option("--tpu", required=True, help="Slice type, e.g. v4-8, v5p-128.")
 @click.option("--target-mfu", default=0.5, show_default=True)
-def plan(model, overrides, tpu, target_mfu):
-    """Will MODEL fit on a slice? Per-chip memory and the step time a target MFU implies.
+@click.option("--compile", "compile_", is_flag=True,
+              help="Also trace the exact train step and compile it with the TPU compiler "
+              "(libtpu, compile-only: no TPU needed) for the slice's topology.")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as one JSON record.")
+def plan(model, overrides, tpu, target_mfu, compile_, as_json):
+    """Will MODEL fit on a slice? Per-chip memory and the step time a target MFU implies;
+    with --compile, the compiler's own per-chip HBM, FLOPs, collectives and step estimate.
 
     OVERRIDES are `zoo train` keys: global_batch_size=, seq_len=, sharding=, remat=, mesh.*
     """
     from zoo.plan import describe, make_plan
 
-    click.echo(describe(make_plan(model, tpu, list(overrides), target_mfu)))
+    if not compile_:
+        result = make_plan(model, tpu, list(overrides), target_mfu)
+        click.echo(json.dumps(result.record(), indent=2) if as_json else describe(result))
+        return
+    from zoo.plan_compile import compile_plan, describe_compiled
+
+    compiled = compile_plan(model, tpu, list(overrides), target_mfu)
+    click.echo(json.dumps(compiled.record(), indent=2) if as_json else describe_compiled(compiled))
 
 
 @cli.command()

@@ -40,6 +40,21 @@ class Plan:
     def largest(self) -> str:
         return max(self.terms, key=self.terms.get)
 
+    def record(self) -> dict:
+        """The `--json` record of the analytic plan."""
+        return {
+            "model": self.model,
+            "slice": self.topology.name,
+            "chips": self.topology.chips,
+            "mesh": self.mesh,
+            "hbm_per_chip": {"chip": self.hbm_bytes, "analytic": {**self.terms,
+                                                                  "total": self.total}},
+            "fits_analytic": self.fits,
+            "model_flops_per_step": self.flops_per_step,
+            "step_seconds_at_target_mfu": self.step_time_at_target_s,
+            "target_mfu": self.target_mfu,
+        }
+
 
 def make_plan(model_name: str, slice_type: str, overrides: list[str], target_mfu: float) -> Plan:
     import torch

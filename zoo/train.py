@@ -38,7 +38,19 @@ def load_run_config(model_name: str, overrides: list[str], config_files=()):
         files=config_files,
         overrides=[f"model_name={model_name}", *overrides],
     )
+    if not config_lib.sets_key("global_batch_size", config_files, overrides):
+        cfg.global_batch_size = default_global_batch(cfg)
     return family, cfg
+
+
+def default_global_batch(cfg) -> int:
+    """The config's default batch (a CPU-sized 8 or 32), raised to one example per
+    data-parallel device on a slice with more: a smaller batch leaves XLA padding every
+    device's share, compute spent on nothing (and a slow, odd SPMD program)."""
+    from core.mesh import resolve_axis_sizes
+
+    sizes = resolve_axis_sizes(cfg.mesh, topology.parse(cfg.tpu).devices)
+    return max(cfg.global_batch_size, sizes["data"] * sizes["fsdp"])
 
 
 def select_runtime(slice_type: str) -> topology.Topology:

@@ -1,0 +1,329 @@
+"""`zoo plan --compile`: the exact train step `zoo train` would run on a slice (model,
+loss, backward, clipping, optimizer, schedule, grad accumulation; the same sharding and
+remat presets and precision), traced on as many virtual devices as the slice has with
+placeholders instead of tensors, then compiled by libtpu for the slice's topology."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import time
+
+from core import config as config_lib
+from core import runtime, topology
+from core.errors import UserError
+from core.flops import train_flops
+from core.tpu_compile import CompiledStep, OutOfMemory
+from zoo.plan import Plan, describe, make_plan
+from zoo.registry import resolve
+from zoo.train import load_run_config
+
+
+def use_virtual_devices(topo: topology.Topology) -> None:
+    """XLA:CPU with one virtual device per device of the slice; must precede torch_xla."""
+    wanted = str(topo.devices)
+    if "torch_xla.runtime" in sys.modules:
+        import torch_xla.runtime as xr
+
+        if xr.device_type() != "CPU" or xr.global_runtime_device_count() != topo.devices:
+            raise UserError(f"this process already runs XLA on other devices; plan "
+                            f"{topo.name} in a fresh process")
+        return
+    os.environ["PJRT_DEVICE"] = "CPU"
+    os.environ["CPU_NUM_DEVICES"] = wanted
+    runtime.configure()
+
+
+def trace_step_hlo(model_name: str, slice_type: str, overrides: list[str]) -> tuple:
+    """(run config, topology, HLO text of the sharded train step, attention it computes)."""
+    family, cfg = load_run_config(model_name, [f"tpu={slice_type}", *overrides])
+    topo = topology.parse(cfg.tpu)
+    use_virtual_devices(topo)
+    if getattr(cfg.model, "attention", None) == "auto":
+        cfg.model.attention = "flash"  # what `auto` runs on a TPU
+    from core.pallas_tpu import pallas_lowering_for_tpu
+    from core.tpu_compile import tpu_devices
+
+    with pallas_lowering_for_tpu(tpu_devices(topo)[0].client.platform_version):
+        return _trace(family, cfg, topo)
+
+
+def _trace(family, cfg, topo) -> tuple:
+    import torch
+    import torch_xla.runtime as xr
+
+    from core.inputs import batch_spec
+    from core.mesh import axis_sizes, build_mesh
+    from core.optim import build_optimizer, build_schedule
+    from core.remat import RematConfig, apply_remat
+    from core.sharding import ShardingRules, plan_params, shard_activations
+    from core.trace import (
+        Placeholders,
+        hlo_sharding_text,
+        placeholder_batch,
+        placeholder_model,
+        placeholder_optimizer_state,
+        sharded_hlo_text,
+        state_tensors,
+        tensor_ids,
+    )
+
+    rules = ShardingRules.from_yaml(family.preset("sharding", cfg.sharding))
+    remat = config_lib.load(RematConfig, files=[family.preset("remat", cfg.remat)])
+    xr.use_spmd()
+    mesh = build_mesh(cfg.mesh)
+    with torch.device("meta"):
+        model = family.build(cfg.model, init=False)
+    apply_remat(model, remat)
+    plan = plan_params(model, rules, axis_sizes(mesh))
+    holders = Placeholders()
+    placeholder_model(model, {p.name: p.spec for p in plan}, holders)
+    shard_activations(model, rules, mesh)
+    optimizer = build_optimizer(cfg.optim, model.parameters())
+    scheduler = build_schedule(cfg.schedule, optimizer, cfg.steps)
+    placeholder_optimizer_state(optimizer, holders)
+    trainer = family.trainer_cls.for_tracing(cfg, model, plan, mesh, optimizer, scheduler)
+    batch = placeholder_batch(family.example_batch(cfg), batch_spec, holders)
+    updated = state_tensors(model, optimizer)
+    sources = tensor_ids(updated)
+    metrics = trainer.train_step(batch)
+    outputs = [v for v in metrics.values() if isinstance(v, torch.Tensor)]
+    cache: dict = {}
+
+    def sharding(spec):
+        if spec not in cache:
+            cache[spec] = hlo_sharding_text(mesh, spec)
+        return cache[spec]
+
+    text = sharded_hlo_text(outputs, updated, sources, holders, sharding)
+    return cfg, topo, text, attention_kind(model)
+
+
+def attention_kind(model) -> str:
+    """'flash' when the model's attention layers run the Pallas kernel, else 'eager'."""
+    return "flash" if any(getattr(m, "use_flash", False) for m in model.modules()) else "eager"
+
+
+def executed_flops_per_item(family, cfg, remat_checkpoint: list[str], flash: bool) -> float:
+    """Matmul FLOPs per item the step executes, analytically: 3 x forward with attention
+    counted dense (eager attention computes the masked half too; the flash kernels declare
+    their cost dense, and that is what the compiler counts), plus the forward of every
+    checkpointed layer again in backward (recompute). Flash attention's backward recomputes
+    the scores: 7 attention matmuls where eager's backward has 4. The recomputed share is
+    counted on the meta device, per layer, with FlopCounterMode."""
+    forward = family.forward_flops(cfg, causal=False)
+    attention = 2 * (forward - family.forward_flops(cfg, causal=True))  # dense, forward
+    executed = train_flops(forward) + forward * recomputed_share(family, cfg, remat_checkpoint)
+    return executed + (1.5 * attention if flash else 0.0)
+
+
+def recomputed_share(family, cfg, checkpoint_classes: list[str]) -> float:
+    """Fraction of the forward's FLOPs inside layers of the checkpointed classes."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    if not checkpoint_classes:
+        return 0.0
+    with torch.device("meta"):
+        model = family.build(cfg.model, init=False)
+    counter = FlopCounterMode(display=False)
+    inside = [0.0]
+
+    def wrap(module):
+        original = module.forward
+
+        def counted(*args, **kwargs):
+            before = counter.get_total_flops()
+            out = original(*args, **kwargs)
+            inside[0] += counter.get_total_flops() - before
+            return out
+
+        module.forward = counted
+
+    for module in model.modules():
+        if type(module).__name__ in checkpoint_classes:
+            wrap(module)
+    batch = {k: v.to("meta") for k, v in family.example_batch(cfg).items()}
+    with counter, torch.no_grad():
+        family.trainer_cls.loss(model, batch)
+    return inside[0] / max(counter.get_total_flops(), 1)
+
+
+@dataclasses.dataclass
+class CompiledPlan:
+    """The analytic plan side by side with what libtpu compiled for the slice."""
+
+    analytic: Plan
+    compiled: CompiledStep | OutOfMemory
+    attention: str  # what the compiled program computes attention with
+    executed_flops_per_chip: float  # analytic, with recompute and attention as executed
+    trace_seconds: float
+    target: dict  # the compiler's topology arguments
+
+    @property
+    def hbm_bytes(self) -> int:
+        return self.analytic.hbm_bytes
+
+    @property
+    def fits(self) -> bool:
+        """The compiler decides: it refused the program, or its per-chip total (arguments
+        included, which its own check leaves out) exceeds the chip's HBM."""
+        step = self.compiled
+        return isinstance(step, CompiledStep) and step.total_bytes <= self.hbm_bytes
+
+    def record(self) -> dict:
+        """The `--json` record: every number the console shows."""
+        plan, step, topo = self.analytic, self.compiled, self.analytic.topology
+        record = {
+            "model": plan.model,
+            "slice": topo.name,
+            "chips": topo.chips,
+            "hosts": topo.hosts,
+            "compile_target": {**self.target, "wrap": list(self.target["wrap"]),
+                               "chips_per_host_bounds": list(self.target["chips_per_host_bounds"])},
+            "mesh": plan.mesh,
+            "attention": self.attention,
+            "fits": self.fits,
+            "fits_analytic": plan.fits,
+            "compile_seconds": step.compile_seconds,
+            "trace_seconds": self.trace_seconds,
+        }
+        analytic_hbm = {**plan.terms, "total": plan.total}
+        model_flops = plan.flops_per_step / topo.chips
+        flops = {"analytic_executed": self.executed_flops_per_chip,
+                 "analytic_model": model_flops}
+        if isinstance(step, OutOfMemory):
+            return {**record,
+                    "hbm_per_chip": {"chip": self.hbm_bytes, "analytic": analytic_hbm,
+                                     "compiled": {"refused": True,
+                                                  "program_at_least": step.program_bytes,
+                                                  "usable": step.usable_bytes,
+                                                  "largest_allocations": step.largest}},
+                    "flops_per_chip": flops, "collectives": None, "compiler_estimate": None}
+        roofline, source = step.roofline_seconds(topo)
+        return {
+            **record,
+            "hbm_per_chip": {
+                "chip": self.hbm_bytes,
+                "compiled": {"arguments": step.argument_bytes, "outputs": step.output_bytes,
+                             "aliased": step.alias_bytes, "temporaries": step.temp_bytes,
+                             "generated_code": step.code_bytes, "total": step.total_bytes},
+                "analytic": analytic_hbm,
+                "compiled_over_analytic": step.total_bytes / plan.total,
+            },
+            "flops_per_chip": {**flops, "compiled": step.flops,
+                               "compiled_over_executed": step.flops / self.executed_flops_per_chip},
+            "collectives": step.collectives,
+            "compiler_estimate": {
+                "step_seconds": roofline,
+                "source": source,
+                "mfu_ceiling": model_flops / (roofline * topo.peak_bf16_flops_per_chip),
+            },
+        }
+
+
+def compile_plan(model_name: str, slice_type: str, overrides: list[str],
+                 target_mfu: float = 0.5) -> CompiledPlan:
+    """Trace `zoo train`'s step for the slice and compile it with libtpu."""
+    from core.remat import RematConfig
+    from core.tpu_compile import compile_hlo, compile_target
+
+    analytic = make_plan(model_name, slice_type, overrides, target_mfu)
+    compile_target(analytic.topology)  # a slice the compiler cannot target fails first
+    start = time.perf_counter()
+    cfg, topo, text, attention = trace_step_hlo(model_name, slice_type, overrides)
+    traced = time.perf_counter() - start
+    family, _ = resolve(model_name)
+    remat = config_lib.load(RematConfig, files=[family.preset("remat", cfg.remat)])
+    executed = executed_flops_per_item(family, cfg, remat.checkpoint, attention == "flash")
+    items = family.trainer_cls.items_per_step(cfg)
+    return CompiledPlan(analytic, compile_hlo(text, topo), attention,
+                        executed * items / topo.chips, traced, compile_target(topo))
+
+
+def persistent_bytes(plan: Plan) -> float:
+    """Analytic bytes per chip that live across steps: parameters and optimizer state."""
+    return sum(v for k, v in plan.terms.items() if k.startswith(("parameters", "optimizer")))
+
+
+FIT_ADVICE = ("to fit: a larger slice (more fsdp shards), remat=checkpoint, a smaller "
+              "global_batch_size or seq_len, or grad_accum")
+
+
+def describe_compiled(plan: CompiledPlan) -> str:
+    from core.table import format_bytes, format_table
+
+    record, topo = plan.record(), plan.analytic.topology
+    hbm, flops, step = record["hbm_per_chip"], record["flops_per_chip"], plan.compiled
+    heading = (f"compiled by libtpu for {record['compile_target']['topology_name']} "
+               f"({topo.chips} chips, {topo.hosts} host(s)) in {step.compile_seconds:.1f} s "
+               f"(traced in {plan.trace_seconds:.1f} s); attention: {plan.attention}")
+    if isinstance(step, OutOfMemory):
+        return "\n".join([
+            describe(plan.analytic), "", heading,
+            f"does NOT fit, by the compiler's numbers: the program alone needs at least "
+            f"{format_bytes(step.program_bytes)} of the {format_bytes(step.usable_bytes)} HBM "
+            f"the compiler may use per chip; its check leaves out the arguments, "
+            f"{format_bytes(persistent_bytes(plan.analytic))} of parameters and optimizer "
+            "state per chip (analytic)",
+            "  largest allocations: " + "; ".join(step.largest),
+            FIT_ADVICE,
+        ])
+    persistent = persistent_bytes(plan.analytic)
+    rows = [
+        ("parameters + optimizer state (+ batch)", format_bytes(persistent),
+         format_bytes(step.argument_bytes)),
+        ("gradients, activations, gathered weights", format_bytes(plan.analytic.total - persistent),
+         format_bytes(step.temp_bytes + step.output_bytes - step.alias_bytes)),
+        ("generated code", "-", format_bytes(step.code_bytes)),
+        ("total HBM", format_bytes(plan.analytic.total), format_bytes(step.total_bytes)),
+        ("FLOPs per step (as executed)", f"{flops['analytic_executed']:.3e}",
+         f"{flops['compiled']:.3e}"),
+    ]
+    verdict = "fits" if plan.fits else "does NOT fit"
+    lines = [
+        describe(plan.analytic),
+        "",
+        heading,
+        format_table(("per chip", "analytic", "compiled"), rows),
+        f"{verdict} by the compiler's numbers: {format_bytes(step.total_bytes)} of "
+        f"{format_bytes(plan.hbm_bytes)} HBM per chip "
+        f"(compiled / analytic = {hbm['compiled_over_analytic']:.2f})",
+    ]
+    if abs(hbm["compiled_over_analytic"] - 1) > 0.15:
+        lines.append("  why they differ: " + hbm_difference_note(plan))
+    lines.append(
+        f"FLOPs per chip: compiled / analytic as executed = {flops['compiled_over_executed']:.3f}"
+        f" (as executed: attention as computed, plus remat recompute; model FLOPs for MFU: "
+        f"{flops['analytic_model']:.3e})"
+    )
+    lines.append("collectives per chip per step: " + (", ".join(
+        f"{kind} x{v['count']} ({format_bytes(v['bytes'])})"
+        for kind, v in record["collectives"].items()) or "none"))
+    estimate = record["compiler_estimate"]
+    lines.append(
+        f"compiler's estimate, not a measurement: {estimate['step_seconds'] * 1e3:,.1f} ms/step "
+        f"({estimate['source']}), an MFU ceiling of {estimate['mfu_ceiling']:.0%}"
+    )
+    if not plan.fits:
+        lines.append(FIT_ADVICE)
+    return "\n".join(lines)
+
+
+def hbm_difference_note(plan: CompiledPlan) -> str:
+    """Where compiled and analytic HBM part: the persistent state (parameters and optimizer
+    state, the program's arguments) or the step's transients (gradients, activations,
+    gathered weights: its temporaries)."""
+    from core.table import format_bytes
+
+    step, persistent = plan.compiled, persistent_bytes(plan.analytic)
+    transient = plan.analytic.total - persistent
+    return (
+        f"persistent state compiled {format_bytes(step.argument_bytes)} vs analytic "
+        f"{format_bytes(persistent)}; transients (gradients, activations, gathered "
+        f"weights, code) compiled {format_bytes(step.total_bytes - step.argument_bytes)} vs "
+        f"analytic {format_bytes(transient)} -- the analytic activation model (Korthikanti et al.) "
+        "does not see XLA's fusion, buffer reuse and scheduling, nor the weights FSDP "
+        "gathers ahead of use; the compiler's numbers decide fit"
+    )
