@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Install zoo into ./.venv on a TPU VM (TPU build of torch_xla + libtpu) or a CPU machine.
+# Install zoo into ./.venv on a TPU VM (TPU build of torch_xla + libtpu) or a CPU machine
+# (CPU torch_xla, plus libtpu so the TPU compiler checks slices compile-only).
 # Idempotent: a second run on a ready machine checks the install and changes nothing.
 # Optional logins read HF_TOKEN / WANDB_API_KEY from the environment only; they are never
 # echoed, written to argv, or accepted as arguments.
@@ -25,9 +26,13 @@ else
   echo "setup: installing zoo for $target into $venv (first time: a few minutes, ~7 GB)"
   "$venv/bin/pip" install -q --upgrade pip
   if [ "$target" = tpu ]; then
+    # torch_xla[tpu] brings the libtpu its runtime needs (also the compiler for zoo plan)
     "$venv/bin/pip" install -q "torch==2.9.0" "torch_xla[tpu]==2.9.0"
+    extras="dev"
+  else
+    extras="dev,tpu-compile"  # libtpu as a compile-only TPU compiler; XLA runs on the CPU
   fi
-  "$venv/bin/pip" install -q -e ".[dev]"
+  "$venv/bin/pip" install -q -e ".[$extras]"
   echo "$want" > "$stamp"
   echo "setup: done"
 fi
