@@ -202,6 +202,7 @@ def compile_hlo(hlo_text: str, topo: Topology) -> CompiledStep | OutOfMemory:
     )
 
 
+_ENTRY = re.compile(r"^ENTRY %?([\w.\-]+) ", re.M)
 _COMPUTATION = re.compile(r"^(?:ENTRY )?%?([\w.\-]+) ")
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%?[\w.\-]+ = (.+?) ([\w\-]+)\(")
 _SHAPE = re.compile(r"\b(" + "|".join(ELEMENT_BYTES) + r")\[([\d,]*)\]")
@@ -225,8 +226,7 @@ def count_collectives(hlo_text: str) -> dict:
             bodies.setdefault(current, [])
         elif current is not None and line.startswith(" "):
             bodies[current].append(line)
-    entries = [name for name in bodies if re.search(
-        rf"^ENTRY %?{re.escape(name)} ", hlo_text, re.M)]
+    entries = _ENTRY.findall(hlo_text)
     totals = {kind: {"count": 0, "bytes": 0} for kind in COLLECTIVES}
 
     def visit(name: str, times: int, depth: int = 0):
