@@ -34,6 +34,8 @@ class CompiledStep:
     optimal_seconds: float | None  # the compiler's own step-time estimate (if it gives one)
     collectives: dict  # kind -> {"count": n, "bytes": b}, loop bodies times their trip count
     compile_seconds: float
+    # trip counts of the program's loops (scan); the cost analysis counts each body once
+    loop_trips: list[int] = dataclasses.field(default_factory=list)
 
     def roofline_seconds(self, topo: Topology) -> tuple[float, str]:
         """The compiler's step-time estimate and where it comes from: its own
@@ -70,8 +72,18 @@ _ALLOCATION = re.compile(r"Size: ([\d.]+[KMGT]?)\n(?:.*\n)*?\s*Shape: (\S+)\n(?:
 _UNITS = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
+_ONE_BUFFER = re.compile(r"Allocation \(size=(\d+)\) would exceed memory \(size=(\d+)\)"
+                         r".*?shape = '([^']+)'.*?tag = '([^']+)'")
+
+
 def parse_out_of_memory(message: str, seconds: float) -> OutOfMemory | None:
-    """The numbers of libtpu's 'Ran out of memory in memory space hbm' error, or None."""
+    """The numbers of libtpu's 'Ran out of memory in memory space hbm' error (or of its
+    'Allocation ... would exceed memory', one buffer bigger than a chip), or None."""
+    one = _ONE_BUFFER.search(message)
+    if one:
+        size, usable, shape, tag = one.groups()
+        return OutOfMemory(int(size), int(usable), [f"{int(size) / 2**30:.2f}G "
+                                                    f"{shape.split('{')[0]} ({tag})"], seconds)
     match = _OOM.search(message)
     if not match:
         return None
@@ -199,6 +211,7 @@ def compile_hlo(hlo_text: str, topo: Topology) -> CompiledStep | OutOfMemory:
         optimal_seconds=float(optimal) if optimal and optimal > 0 else None,
         collectives=count_collectives(compiled_text),
         compile_seconds=seconds,
+        loop_trips=[int(n) for n in _TRIP.findall(compiled_text) if int(n) > 1],
     )
 
 

@@ -96,21 +96,27 @@ def tensor_ids(tensors: list[torch.Tensor]) -> list[int]:
 
 
 def sharded_hlo_text(outputs: list[torch.Tensor], updated: list[torch.Tensor],
-                     sources: list[int], holders: Placeholders, sharding_text) -> str:
+                     sources: list[int], holders: Placeholders, sharding_text) -> tuple[str, int]:
     """HLO text of the graph computing `outputs` and `updated` (tensors the step changed in
     place; `sources`: the placeholder ids they held before it), with each placeholder
     parameter's sharding written in, and each updated tensor's output sharded like its
-    input and aliased to it. `sharding_text(spec)` gives the HLO sharding of a spec."""
+    input and aliased to it. `sharding_text(spec)` gives the HLO sharding of a spec.
+    Also the bytes of entry parameters that are not placeholders: device data the step
+    made itself (constants; under scan, per-layer copies torch_xla's scan hoists with new
+    tensor ids), which reach the compiler unsharded."""
     import torch_xla
 
     everything = [*outputs, *updated]
     text = torch_xla._XLAC._get_xla_tensors_hlo(everything)
-    ids, _ = torch_xla._XLAC._get_tensors_xla_device_data_node(everything)
+    ids, values = torch_xla._XLAC._get_tensors_xla_device_data_node(everything)
     position = {tensor_id: index for index, tensor_id in enumerate(ids)}
     input_sharding = {}
-    for index, tensor_id in enumerate(ids):
+    unplanned = 0
+    for index, (tensor_id, value) in enumerate(zip(ids, values)):
         if tensor_id in holders.specs:
             input_sharding[index] = sharding_text(holders.specs[tensor_id])
+        else:
+            unplanned += value.numel() * value.element_size()
     text = _shard_parameters(text, input_sharding)
 
     output_sharding = ["{replicated}"] * len(outputs)
@@ -120,7 +126,7 @@ def sharded_hlo_text(outputs: list[torch.Tensor], updated: list[torch.Tensor],
         if source in position:
             aliases[len(outputs) + offset] = position[source]
     text = _shard_root(text, output_sharding)
-    return _alias_outputs(text, aliases)
+    return _alias_outputs(text, aliases), unplanned
 
 
 _PARAMETER = re.compile(r"^(\s*%\S+ = [^=]*? parameter\((\d+)\))(.*)$")

@@ -15,6 +15,8 @@ from core.sharding import ShardingRules, plan_params
 from zoo.train import load_run_config
 
 OPTIMIZER_STATES = {"adamw": 2, "sgd": 1}  # fp32 tensors per parameter
+FIT_ADVICE = ("to fit: a larger slice (more fsdp shards), remat=checkpoint, a smaller "
+              "global_batch_size or seq_len, or grad_accum")
 
 
 @dataclasses.dataclass
@@ -123,10 +125,7 @@ def describe(plan: Plan) -> str:
             f"largest term: {plan.largest} ({plan.terms[plan.largest] / gib:,.1f} GiB)"
         )
         if not plan.fits:
-            lines.append(
-                "to fit: a larger slice (more fsdp shards), remat=checkpoint, a "
-                "smaller global_batch_size or seq_len, or grad_accum"
-            )
+            lines.append(FIT_ADVICE)
     lines.append(f"model FLOPs per step: {plan.flops_per_step:.3e} (3 x forward, causal)")
     if plan.step_time_at_target_s:
         lines.append(

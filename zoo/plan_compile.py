@@ -15,7 +15,7 @@ from core import runtime, topology
 from core.errors import UserError
 from core.flops import train_flops
 from core.tpu_compile import CompiledStep, OutOfMemory
-from zoo.plan import Plan, describe, make_plan
+from zoo.plan import FIT_ADVICE, Plan, describe, make_plan
 from zoo.registry import resolve
 from zoo.train import load_run_config
 
@@ -36,7 +36,8 @@ def use_virtual_devices(topo: topology.Topology) -> None:
 
 
 def trace_step_hlo(model_name: str, slice_type: str, overrides: list[str]) -> tuple:
-    """(run config, topology, HLO text of the sharded train step, attention it computes)."""
+    """(run config, topology, HLO text of the sharded train step, attention it computes,
+    bytes of its inputs that are not planned placeholders)."""
     family, cfg = load_run_config(model_name, [f"tpu={slice_type}", *overrides])
     topo = topology.parse(cfg.tpu)
     use_virtual_devices(topo)
@@ -96,8 +97,8 @@ def _trace(family, cfg, topo) -> tuple:
             cache[spec] = hlo_sharding_text(mesh, spec)
         return cache[spec]
 
-    text = sharded_hlo_text(outputs, updated, sources, holders, sharding)
-    return cfg, topo, text, attention_kind(model)
+    text, unplanned = sharded_hlo_text(outputs, updated, sources, holders, sharding)
+    return cfg, topo, text, attention_kind(model), unplanned
 
 
 def attention_kind(model) -> str:
@@ -160,6 +161,7 @@ class CompiledPlan:
     executed_flops_per_chip: float  # analytic, with recompute and attention as executed
     trace_seconds: float
     target: dict  # the compiler's topology arguments
+    unplanned_input_bytes: int = 0  # step inputs that are not placeholders (unsharded)
 
     @property
     def hbm_bytes(self) -> int:
@@ -188,6 +190,7 @@ class CompiledPlan:
             "fits_analytic": plan.fits,
             "compile_seconds": step.compile_seconds,
             "trace_seconds": self.trace_seconds,
+            "unplanned_input_bytes": self.unplanned_input_bytes,
         }
         analytic_hbm = {**plan.terms, "total": plan.total}
         model_flops = plan.flops_per_step / topo.chips
@@ -213,7 +216,8 @@ class CompiledPlan:
                 "compiled_over_analytic": step.total_bytes / plan.total,
             },
             "flops_per_chip": {**flops, "compiled": step.flops,
-                               "compiled_over_executed": step.flops / self.executed_flops_per_chip},
+                               "compiled_over_executed": step.flops / self.executed_flops_per_chip,
+                               "loop_trips_counted_once": step.loop_trips},
             "collectives": step.collectives,
             "compiler_estimate": {
                 "step_seconds": roofline,
@@ -232,23 +236,19 @@ def compile_plan(model_name: str, slice_type: str, overrides: list[str],
     analytic = make_plan(model_name, slice_type, overrides, target_mfu)
     compile_target(analytic.topology)  # a slice the compiler cannot target fails first
     start = time.perf_counter()
-    cfg, topo, text, attention = trace_step_hlo(model_name, slice_type, overrides)
+    cfg, topo, text, attention, unplanned = trace_step_hlo(model_name, slice_type, overrides)
     traced = time.perf_counter() - start
     family, _ = resolve(model_name)
     remat = config_lib.load(RematConfig, files=[family.preset("remat", cfg.remat)])
     executed = executed_flops_per_item(family, cfg, remat.checkpoint, attention == "flash")
     items = family.trainer_cls.items_per_step(cfg)
     return CompiledPlan(analytic, compile_hlo(text, topo), attention,
-                        executed * items / topo.chips, traced, compile_target(topo))
+                        executed * items / topo.chips, traced, compile_target(topo), unplanned)
 
 
 def persistent_bytes(plan: Plan) -> float:
     """Analytic bytes per chip that live across steps: parameters and optimizer state."""
     return sum(v for k, v in plan.terms.items() if k.startswith(("parameters", "optimizer")))
-
-
-FIT_ADVICE = ("to fit: a larger slice (more fsdp shards), remat=checkpoint, a smaller "
-              "global_batch_size or seq_len, or grad_accum")
 
 
 def describe_compiled(plan: CompiledPlan) -> str:
@@ -268,7 +268,7 @@ def describe_compiled(plan: CompiledPlan) -> str:
             f"{format_bytes(persistent_bytes(plan.analytic))} of parameters and optimizer "
             "state per chip (analytic)",
             "  largest allocations: " + "; ".join(step.largest),
-            FIT_ADVICE,
+            *([FIT_ADVICE] if plan.analytic.fits else []),
         ])
     persistent = persistent_bytes(plan.analytic)
     rows = [
@@ -298,6 +298,16 @@ def describe_compiled(plan: CompiledPlan) -> str:
         f" (as executed: attention as computed, plus remat recompute; model FLOPs for MFU: "
         f"{flops['analytic_model']:.3e})"
     )
+    if step.loop_trips:
+        lines.append(
+            f"  the compiler's cost analysis counts a loop body once: this program loops "
+            f"{'/'.join(map(str, sorted(set(step.loop_trips))))} times (scan), so its compiled "
+            "FLOPs leave out all but one trip of each loop")
+    if plan.unplanned_input_bytes > 2**20:
+        lines.append(
+            f"  {format_bytes(plan.unplanned_input_bytes)} of the step's inputs are not "
+            "placeholders (torch_xla's scan hoists per-layer copies under new tensor ids) "
+            "and are compiled unsharded: arguments are overstated by up to that much")
     lines.append("collectives per chip per step: " + (", ".join(
         f"{kind} x{v['count']} ({format_bytes(v['bytes'])})"
         for kind, v in record["collectives"].items()) or "none"))
@@ -306,7 +316,7 @@ def describe_compiled(plan: CompiledPlan) -> str:
         f"compiler's estimate, not a measurement: {estimate['step_seconds'] * 1e3:,.1f} ms/step "
         f"({estimate['source']}), an MFU ceiling of {estimate['mfu_ceiling']:.0%}"
     )
-    if not plan.fits:
+    if not plan.fits and plan.analytic.fits:
         lines.append(FIT_ADVICE)
     return "\n".join(lines)
 
@@ -319,7 +329,7 @@ def hbm_difference_note(plan: CompiledPlan) -> str:
 
     step, persistent = plan.compiled, persistent_bytes(plan.analytic)
     transient = plan.analytic.total - persistent
-    return (
+    note = (
         f"persistent state compiled {format_bytes(step.argument_bytes)} vs analytic "
         f"{format_bytes(persistent)}; transients (gradients, activations, gathered "
         f"weights, code) compiled {format_bytes(step.total_bytes - step.argument_bytes)} vs "
@@ -327,3 +337,24 @@ def hbm_difference_note(plan: CompiledPlan) -> str:
         "does not see XLA's fusion, buffer reuse and scheduling, nor the weights FSDP "
         "gathers ahead of use; the compiler's numbers decide fit"
     )
+    reduced = full_gradient_all_reduce_bytes(plan)
+    if reduced:
+        note += (
+            f"; and libtpu all-reduces the gradients in full ({format_bytes(reduced)} per "
+            "step, where the analytic model has each chip reduce only its gradient shard) "
+            "and slices them after, as it does on 3-D slices for JAX's FSDP too"
+        )
+    return note
+
+
+def full_gradient_all_reduce_bytes(plan: CompiledPlan) -> float:
+    """All-reduce bytes when the compiler sums FSDP gradients with whole-gradient
+    all-reduces (no reduce-scatter; at least half a bf16 gradient of the fsdp group's
+    parameters), else 0."""
+    collectives = plan.compiled.collectives
+    fsdp = plan.analytic.mesh.get("fsdp", 1)
+    if fsdp == 1 or "reduce-scatter" in collectives:
+        return 0.0
+    params = next(v for k, v in plan.analytic.terms.items() if k.startswith("parameters"))
+    reduced = collectives.get("all-reduce", {"bytes": 0})["bytes"]
+    return reduced if reduced >= params * fsdp / 4 else 0.0

@@ -1,0 +1,26 @@
+"""Compile train steps for one TPU slice with libtpu (compile-only) and save their
+`zoo plan --compile --json` records. One process per slice: the virtual device count is
+fixed per process.
+Usage: python tests/compile_worker.py OUT.json SLICE CASES_JSON
+(CASES_JSON: a list of [model, [key=value overrides]])"""
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from zoo.plan_compile import compile_plan  # noqa: E402
+
+
+def main(out: str, slice_type: str, cases: str) -> None:
+    records = []
+    for model, overrides in json.loads(cases):
+        record = compile_plan(model, slice_type, overrides).record()
+        records.append({"case": [model, overrides], **record})
+        print(model, overrides, "fits" if record["fits"] else "does NOT fit", flush=True)
+    Path(out).write_text(json.dumps(records))
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
