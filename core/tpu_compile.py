@@ -211,7 +211,7 @@ def compile_hlo(hlo_text: str, topo: Topology) -> CompiledStep | OutOfMemory:
         optimal_seconds=float(optimal) if optimal and optimal > 0 else None,
         collectives=count_collectives(compiled_text),
         compile_seconds=seconds,
-        loop_trips=[int(n) for n in _TRIP.findall(compiled_text) if int(n) > 1],
+        loop_trips=loop_trips(compiled_text),
     )
 
 
@@ -221,25 +221,18 @@ _INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%?[\w.\-]+ = (.+?) ([\w\-]+)\(")
 _SHAPE = re.compile(r"\b(" + "|".join(ELEMENT_BYTES) + r")\[([\d,]*)\]")
 _CALLS = re.compile(r"(?:calls|body|to_apply|branch_computations)=\{?%?([\w.\-, %]+)\}?")
 _TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"')
+_CONDITION = re.compile(r"condition=%?([\w.\-]+)")
+_CONSTANT = re.compile(r"%([\w.\-]+) = [us]\d+\[\]\S* constant\((\d+)\)")
+_LESS_THAN = re.compile(r"compare\(%[\w.\-]+, %([\w.\-]+)\), direction=LT")
 
 
 def count_collectives(hlo_text: str) -> dict:
     """Collectives by kind in compiled HLO: count and result bytes (per chip, per step).
     Bytes are those of the full buffers (all-gather output, reduce-scatter input), summed
-    over the tuple of a combined collective. Async
-    pairs count once (at their `-done`); the TPU compiler's `all-reduce-scatter` fusions
-    are reduce-scatters; an op inside a loop body counts once per trip
-    (`known_trip_count`), so a scanned and an unrolled stack compare."""
-    bodies: dict[str, list[str]] = {}
-    current = None
-    for line in hlo_text.split("\n"):
-        if line and not line.startswith(" ") and line.rstrip().endswith("{"):
-            match = _COMPUTATION.match(line)
-            current = match.group(1) if match else None
-            bodies.setdefault(current, [])
-        elif current is not None and line.startswith(" "):
-            bodies[current].append(line)
-    entries = _ENTRY.findall(hlo_text)
+    over the tuple of a combined collective. Async pairs count once (at their `-done`);
+    the TPU compiler's `all-reduce-scatter` fusions are reduce-scatters; an op inside a
+    loop body counts once per trip, so a scanned and an unrolled stack compare."""
+    bodies = _computations(hlo_text)
     totals = {kind: {"count": 0, "bytes": 0} for kind in COLLECTIVES}
 
     def visit(name: str, times: int, depth: int = 0):
@@ -255,16 +248,51 @@ def count_collectives(hlo_text: str) -> dict:
                 if kind in COLLECTIVES and not op.endswith("-start"):
                     totals[kind]["count"] += times
                     totals[kind]["bytes"] += times * _array_bytes(shape)
-            trip = _TRIP.search(line)
+            trips = _while_trips(line, bodies) if " while(" in line else 1
             for called in _CALLS.findall(line):
                 for callee in re.split(r"[, %]+", called):
                     if callee:
-                        visit(callee, times * (int(trip.group(1)) if trip and "body=" in line
-                                               else 1), depth + 1)
+                        visit(callee, times * trips, depth + 1)
 
-    for entry in entries:
+    for entry in _ENTRY.findall(hlo_text):
         visit(entry, 1)
     return {kind: value for kind, value in totals.items() if value["count"]}
+
+
+def loop_trips(hlo_text: str) -> list[int]:
+    """Trip counts of the program's while loops that run more than once."""
+    bodies = _computations(hlo_text)
+    trips = [_while_trips(line, bodies) for lines in bodies.values() for line in lines
+             if " while(" in line]
+    return [n for n in trips if n > 1]
+
+
+def _computations(hlo_text: str) -> dict[str, list[str]]:
+    """Computation name -> its instruction lines."""
+    bodies: dict[str, list[str]] = {}
+    current = None
+    for line in hlo_text.split("\n"):
+        if line and not line.startswith(" ") and line.rstrip().endswith("{"):
+            match = _COMPUTATION.match(line)
+            current = match.group(1) if match else None
+            bodies.setdefault(current, [])
+        elif current is not None and line.startswith(" "):
+            bodies[current].append(line)
+    return bodies
+
+
+def _while_trips(line: str, bodies: dict[str, list[str]]) -> int:
+    """A while loop's trip count: its `known_trip_count`, else (libtpu rewrites scan loops
+    without one) the bound its condition compares the counter against, `i < N`."""
+    known = _TRIP.search(line)
+    if known:
+        return int(known.group(1))
+    condition = _CONDITION.search(line)
+    lines = bodies.get(condition.group(1), []) if condition else []
+    constants = dict(_CONSTANT.findall("\n".join(lines)))
+    bounds = [int(constants[name]) for name in _LESS_THAN.findall("\n".join(lines))
+              if name in constants]
+    return max(bounds, default=1)
 
 
 def _array_bytes(shape_text: str) -> int:
