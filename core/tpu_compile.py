@@ -260,11 +260,10 @@ def count_collectives(hlo_text: str) -> dict:
 
 
 def loop_trips(hlo_text: str) -> list[int]:
-    """Trip counts of the program's while loops that run more than once."""
+    """Trip counts of the program's while loops."""
     bodies = _computations(hlo_text)
-    trips = [_while_trips(line, bodies) for lines in bodies.values() for line in lines
-             if " while(" in line]
-    return [n for n in trips if n > 1]
+    return [_while_trips(line, bodies) for lines in bodies.values() for line in lines
+            if " while(" in line]
 
 
 def _computations(hlo_text: str) -> dict[str, list[str]]:

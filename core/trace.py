@@ -10,6 +10,7 @@ goes into the HLO text instead; activations, which are IR values, are marked as 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
 
@@ -23,6 +24,7 @@ class Placeholders:
     """Placeholder tensor id -> the sharding it stands for on the slice."""
 
     specs: dict[int, Spec] = dataclasses.field(default_factory=dict)
+    tensors: list[torch.Tensor] = dataclasses.field(default_factory=list)
 
     def make(self, shape, dtype, spec: Spec | None = None) -> torch.Tensor:
         import torch_xla
@@ -30,12 +32,40 @@ class Placeholders:
 
         tensor = create_placeholder_tensor(tuple(shape), dtype)
         self.specs[torch_xla._XLAC._xla_get_tensor_id(tensor)] = spec or (None,) * len(shape)
+        self.tensors.append(tensor)
         return tensor
 
     def spec_of(self, tensor: torch.Tensor) -> Spec | None:
         import torch_xla
 
         return self.specs.get(torch_xla._XLAC._xla_get_tensor_id(tensor))
+
+
+@contextlib.contextmanager
+def follow_hoisted_placeholders(holders: Placeholders):
+    """torch_xla's scan lowers the layer body on its own and passes every tensor the body
+    reads (weights in the backward, among others) into its loop as a new tensor over the
+    same data, under a new id. Give each such copy of a placeholder the placeholder's
+    sharding; unfollowed, they reach the compiler replicated."""
+    import torch_xla
+
+    context = torch_xla._XLAC.lowering.LoweringContext
+    original = context.device_parameter_id_tensor_mapping
+
+    def mapping(self):
+        hoisted = original(self)
+        for tensor in holders.tensors:
+            param_id = self.tensor_parameter_id(tensor)
+            if param_id in hoisted:
+                copy_id = torch_xla._XLAC._xla_get_tensor_id(hoisted[param_id])
+                holders.specs[copy_id] = holders.spec_of(tensor)
+        return hoisted
+
+    context.device_parameter_id_tensor_mapping = mapping
+    try:
+        yield
+    finally:
+        context.device_parameter_id_tensor_mapping = original
 
 
 def placeholder_model(model: torch.nn.Module, param_specs: dict[str, Spec],
@@ -101,9 +131,9 @@ def sharded_hlo_text(outputs: list[torch.Tensor], updated: list[torch.Tensor],
     place; `sources`: the placeholder ids they held before it), with each placeholder
     parameter's sharding written in, and each updated tensor's output sharded like its
     input and aliased to it. `sharding_text(spec)` gives the HLO sharding of a spec.
-    Also the bytes of entry parameters that are not placeholders: device data the step
-    made itself (constants; under scan, per-layer copies torch_xla's scan hoists with new
-    tensor ids), which reach the compiler unsharded."""
+    Also the bytes of entry parameters that are not placeholders (nor their copies, see
+    `follow_hoisted_placeholders`): device data the step made itself, such as constants,
+    which reach the compiler unsharded."""
     import torch_xla
 
     everything = [*outputs, *updated]
