@@ -304,7 +304,9 @@ def compile_plan(model_name: str, slice_type: str, overrides: list[str],
     traced = time.perf_counter() - start
     family, _ = resolve(model_name)
     remat = config_lib.load(RematConfig, files=[family.preset("remat", cfg.remat)])
-    executed = executed_flops_per_item(family, cfg, remat.checkpoint, attention == "flash")
+    # inside scan, remat is the min-cut partition, which keeps matmul outputs: no recompute
+    recomputed = [] if remat.scan else remat.checkpoint
+    executed = executed_flops_per_item(family, cfg, recomputed, attention == "flash")
     counted = as_the_compiler_counts(executed, family.forward_flops(cfg, causal=False),
                                      *loop_counted_once_share(family, cfg, remat.scan))
     per_chip = family.trainer_cls.items_per_step(cfg) / topo.chips
