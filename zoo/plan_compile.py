@@ -366,12 +366,17 @@ def describe_compiled(plan: CompiledPlan) -> str:
         f" (as executed: attention as computed, plus remat recompute; model FLOPs for MFU: "
         f"{flops['analytic_model']:.3e})"
     )
-    if max(step.loop_trips, default=1) > 1:
+    trips = "/".join(map(str, sorted(set(step.loop_trips) - {1})))
+    if plan.counted_flops_per_chip < plan.executed_flops_per_chip:
         lines.append(
             f"  the compiler's cost analysis counts a loop body once: this program loops "
-            f"{'/'.join(map(str, sorted(set(step.loop_trips) - {1})))} times (scan), so its "
-            "compiled FLOPs leave out all but one trip of each loop; the ratio above compares "
-            f"them with the analytic count made the same way ({flops['analytic_as_counted']:.3e})")
+            f"{trips} times (scan), so its compiled FLOPs leave out all but one trip of each "
+            "loop; the ratio above compares them with the analytic count made the same way "
+            f"({flops['analytic_as_counted']:.3e})")
+    elif trips:
+        lines.append(
+            f"  libtpu built loops of its own here ({trips} trips; e.g. collective matmuls), "
+            "which its cost analysis counts once: compiled FLOPs may fall short by their work")
     if plan.unplanned_input_bytes > 2**20:
         lines.append(
             f"  {format_bytes(plan.unplanned_input_bytes)} of the step's inputs are device "
