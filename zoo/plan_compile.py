@@ -268,6 +268,9 @@ class CompiledPlan:
                                                   "largest_allocations": step.largest}},
                     "flops_per_chip": flops, "collectives": None, "compiler_estimate": None}
         roofline, source = step.roofline_seconds(topo)
+        if self.counted_flops_per_chip < self.executed_flops_per_chip:
+            roofline *= self.executed_flops_per_chip / self.counted_flops_per_chip
+            source += ", scaled to every trip of its loops by the analytic count"
         return {
             **record,
             "hbm_per_chip": {
