@@ -45,3 +45,12 @@ def test_doctor_bad_mesh_is_one_line_and_nonzero():
         "Error: mesh data=1 fsdp=-1 sequence=1 expert=1 tensor=3 cannot fill 8 devices: "
         "3 does not divide 8"
     ]
+
+
+def test_no_tensorflow_warning_from_flax_reaches_the_user():
+    """torchax imports flax, whose flax.io warns that TensorFlow is missing."""
+    result = subprocess.run([sys.executable, "-c", "import zoo.cli, torchax"],
+                            capture_output=True, text=True,
+                            env={**os.environ, "PJRT_DEVICE": "CPU"})
+    assert result.returncode == 0, result.stderr
+    assert "Tensorflow library not found" not in result.stderr

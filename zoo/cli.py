@@ -4,12 +4,18 @@
 from __future__ import annotations
 
 import json
+import logging
 import sys
 
 import click
 
 from core.errors import UserError
 from tools.cli import tpu as tpu_group
+
+# flax, which torchax imports for torch_xla's scan, warns at import that TensorFlow is
+# missing (for gs:// paths in flax.io, which zoo never uses): noise to our users.
+logging.getLogger("absl").addFilter(
+    lambda record: "Tensorflow library not found" not in record.getMessage())
 
 
 class _Group(click.Group):
