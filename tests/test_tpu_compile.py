@@ -51,9 +51,9 @@ def compile_cases(jobs: list[tuple[str, list]], out_dir: Path, timeout: int = 18
 
 def flops_known_to_differ(record: dict) -> bool:
     """Cases whose compiled FLOPs our analytic count does not yet match within 5%
-    (`test_known_flops_gaps`): T5-tiny, whose vector work (norms, softmaxes, GELU, loss),
-    left out of our matmul-only count, is 1-9% of its FLOPs at width 128 (replicated across
-    tensor shards too); at width 512 it compiles to 1.01x the count, 1.02x with tensor=2."""
+    (`test_known_flops_gaps`): T5-tiny compiles to 1.01-1.09x the count. A small-width
+    effect not yet explained: at width 512 (128-wide heads) it is 1.01x, 1.02x with
+    tensor=2, and pointwise ops (outside our matmul count) are under 1% of its FLOPs."""
     return record["case"][0].startswith("t5-")
 
 
