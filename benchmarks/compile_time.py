@@ -32,7 +32,7 @@ def compile_point(model: str, tpu: str, depth: int, remat: str, overrides: list[
     return {"depth": depth, "remat": remat, "compile_seconds": record["compile_seconds"],
             "trace_seconds": record["trace_seconds"], "fits": record["fits"],
             "hbm_total": record["hbm_per_chip"]["compiled"].get("total"),
-            "flops_per_chip": record["flops_per_chip"].get("compiled")}
+            "flops_per_chip": record["flops_per_chip"].get("compiled_matmul")}
 
 
 def table(records: list[dict], depths: list[int], remats: list[str]) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import os
 import re
 import time
@@ -16,7 +17,8 @@ from core.errors import UserError
 from core.topology import HBM_BYTES_PER_S, Topology
 
 ELEMENT_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "bf16": 2, "f16": 2,
-                 "s32": 4, "u32": 4, "f32": 4, "s64": 8, "u64": 8, "f64": 8}
+                 "s32": 4, "u32": 4, "f32": 4, "s64": 8, "u64": 8, "f64": 8, "f8e4m3fn": 1,
+                 "f8e5m2": 1}
 COLLECTIVES = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute")
 
 
@@ -29,13 +31,16 @@ class CompiledStep:
     alias_bytes: int
     temp_bytes: int
     code_bytes: int
-    flops: float  # per chip per step, from the compiler's cost analysis
+    flops: float  # per chip per step, the compiler's cost analysis: all work, loop bodies once
+    # matmul FLOPs per chip per step counted in the compiled program, every loop trip
+    matmul_flops: float
     bytes_accessed: float  # HBM traffic per chip per step, from the same analysis
     optimal_seconds: float | None  # the compiler's own step-time estimate (if it gives one)
     collectives: dict  # kind -> {"count": n, "bytes": b}, loop bodies times their trip count
     compile_seconds: float
     # trip counts of the program's loops (scan); the cost analysis counts each body once
     loop_trips: list[int] = dataclasses.field(default_factory=list)
+    matmul_flops_once: float = 0.0  # the same matmuls with each loop body counted once
 
     def roofline_seconds(self, topo: Topology) -> tuple[float, str]:
         """The compiler's step-time estimate and where it comes from: its own
@@ -43,10 +48,21 @@ class CompiledStep:
         against the chip's peaks (communication not counted). An estimate, never a
         measurement."""
         if self.optimal_seconds:
-            return self.optimal_seconds, "the compiler's optimal_seconds"
-        compute = self.flops / topo.peak_bf16_flops_per_chip
-        memory = self.bytes_accessed / HBM_BYTES_PER_S[topo.generation]
-        return max(compute, memory), "roofline of the compiler's FLOPs and HBM bytes"
+            seconds, source = self.optimal_seconds, "the compiler's optimal_seconds"
+        else:
+            compute = self.flops / topo.peak_bf16_flops_per_chip
+            memory = self.bytes_accessed / HBM_BYTES_PER_S[topo.generation]
+            seconds, source = max(compute, memory), "roofline of the compiler's FLOPs and HBM bytes"
+        if self.matmul_flops > self.matmul_flops_once > 0:
+            seconds *= self.matmul_flops / self.matmul_flops_once
+            source += ", scaled to every trip of its loops by their matmul FLOPs"
+        return seconds, source
+
+    @property
+    def vector_flops_share(self) -> float:
+        """Share of the compiler's FLOP count that is not matmul work (elementwise ops,
+        reductions, the fp32 loss over the vocabulary), as its cost analysis counts it."""
+        return max(0.0, 1 - self.matmul_flops_once / self.flops) if self.flops else 0.0
 
     @property
     def total_bytes(self) -> int:
@@ -200,6 +216,7 @@ def compile_hlo(hlo_text: str, topo: Topology) -> CompiledStep | OutOfMemory:
     costs = costs[0] if isinstance(costs, list) else costs
     compiled_text = "\n".join(m.to_string() for m in executable.hlo_modules())
     optimal = costs.get("optimal_seconds")
+    matmul_flops, matmul_flops_once = count_matmul_flops(compiled_text)
     return CompiledStep(
         argument_bytes=memory.argument_size_in_bytes,
         output_bytes=memory.output_size_in_bytes,
@@ -207,11 +224,13 @@ def compile_hlo(hlo_text: str, topo: Topology) -> CompiledStep | OutOfMemory:
         temp_bytes=memory.temp_size_in_bytes,
         code_bytes=memory.generated_code_size_in_bytes,
         flops=float(costs.get("flops", 0.0)),
+        matmul_flops=matmul_flops,
         bytes_accessed=float(costs.get("bytes accessed", 0.0)),
         optimal_seconds=float(optimal) if optimal and optimal > 0 else None,
         collectives=count_collectives(compiled_text),
         compile_seconds=seconds,
         loop_trips=loop_trips(compiled_text),
+        matmul_flops_once=matmul_flops_once,
     )
 
 
@@ -223,6 +242,13 @@ _CALLS = re.compile(r"(?:calls|body|to_apply|branch_computations)=\{?%?([\w.\-, 
 _TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"')
 _CONDITION = re.compile(r"condition=%?([\w.\-]+)")
 _CONSTANT = re.compile(r"%([\w.\-]+) = [us]\d+\[\]\S* constant\((\d+)\)")
+_DEFINITION = re.compile(r"^\s*(?:ROOT )?%?([\w.\-]+) = (\S+)", re.M)
+_OPERAND = re.compile(r"%([\w.\-]+)")
+_CONTRACTING = re.compile(r"lhs_contracting_dims=\{([\d,]*)\}")
+_DIM_LABELS = re.compile(r"dim_labels=(\w+)_(\w+)->(\w+)")
+_WINDOW = re.compile(r"window=\{([^}]*)\}")
+_KERNEL_COST = re.compile(r'"cost_estimate":\{"flops":"(\d+)"')
+FLOAT_TYPES = ("bf16", "f16", "f32", "f64", "f8")
 _LESS_THAN = re.compile(r"compare\(%[\w.\-]+, %([\w.\-]+)\), direction=LT")
 
 
@@ -232,31 +258,117 @@ def count_collectives(hlo_text: str) -> dict:
     over the tuple of a combined collective. Async pairs count once (at their `-done`);
     the TPU compiler's `all-reduce-scatter` fusions are reduce-scatters; an op inside a
     loop body counts once per trip, so a scanned and an unrolled stack compare."""
-    bodies = _computations(hlo_text)
     totals = {kind: {"count": 0, "bytes": 0} for kind in COLLECTIVES}
+    for computation, line, times in _walk(hlo_text):
+        match = _INSTRUCTION.match(line)
+        if match:
+            shape, op = match.groups()
+            kind = op.removesuffix("-done")
+            if kind == "all-reduce" and computation.startswith("all-reduce-scatter"):
+                kind = "reduce-scatter"  # TPU fuses all-reduce + slice into one
+            if kind in COLLECTIVES and not op.endswith("-start"):
+                totals[kind]["count"] += times
+                totals[kind]["bytes"] += times * _array_bytes(shape)
+    return {kind: value for kind, value in totals.items() if value["count"]}
+
+
+def count_matmul_flops(hlo_text: str) -> tuple[float, float]:
+    """Matmul FLOPs per chip in compiled HLO: (every loop trip, each loop body once).
+    Dots, convolutions (the TPU compiler rewrites most dots into them; windows counted at
+    their valid positions only, as XLA's cost analysis counts them) and Pallas kernels (their
+    declared cost estimate). Integer convolutions (the compiler's gather lowering) are not
+    model work. This is the compiled counterpart of the analytic model FLOPs, which the
+    cost analysis's total is not: that adds elementwise work and counts loop bodies once."""
+    shapes = dict(_DEFINITION.findall(hlo_text))
+    every = once = 0.0
+    for _, line, times in _walk(hlo_text):
+        flops = _matmul_flops(line, shapes)
+        every, once = every + times * flops, once + flops
+    return every, once
+
+
+def _walk(hlo_text: str):
+    """(computation, instruction line, times it runs per step) for every instruction
+    reachable from the entry: called computations inherit their caller's count, a while
+    body's is multiplied by its trip count."""
+    bodies = _computations(hlo_text)
 
     def visit(name: str, times: int, depth: int = 0):
         if depth > 50 or name not in bodies:
             return
         for line in bodies[name]:
-            match = _INSTRUCTION.match(line)
-            if match:
-                shape, op = match.groups()
-                kind = op.removesuffix("-done")
-                if kind == "all-reduce" and name.startswith("all-reduce-scatter"):
-                    kind = "reduce-scatter"  # TPU fuses all-reduce + slice into one
-                if kind in COLLECTIVES and not op.endswith("-start"):
-                    totals[kind]["count"] += times
-                    totals[kind]["bytes"] += times * _array_bytes(shape)
+            yield name, line, times
             trips = _while_trips(line, bodies) if " while(" in line else 1
             for called in _CALLS.findall(line):
                 for callee in re.split(r"[, %]+", called):
                     if callee:
-                        visit(callee, times * trips, depth + 1)
+                        yield from visit(callee, times * trips, depth + 1)
 
     for entry in _ENTRY.findall(hlo_text):
-        visit(entry, 1)
-    return {kind: value for kind, value in totals.items() if value["count"]}
+        yield from visit(entry, 1)
+
+
+def _matmul_flops(line: str, shapes: dict[str, str]) -> float:
+    match = _INSTRUCTION.match(line)
+    if not match:
+        return 0.0
+    shape, op = match.groups()
+    if op == "custom-call":
+        kernel = _KERNEL_COST.search(line)
+        return float(kernel.group(1)) if kernel and "tpu_custom_call" in line else 0.0
+    if op not in ("dot", "convolution") or not shape.startswith(FLOAT_TYPES):
+        return 0.0
+    lhs_name, rhs_name = _OPERAND.findall(line[match.end():])[:2]
+    out, lhs, rhs = _dims(shape), _dims(shapes[lhs_name]), _dims(shapes[rhs_name])
+    if op == "dot":
+        contracting = _CONTRACTING.search(line).group(1)
+        return 2.0 * math.prod(out) * math.prod(lhs[int(i)] for i in contracting.split(",") if i)
+    return _convolution_flops(line, out, lhs, rhs)
+
+
+def _convolution_flops(line: str, out: list[int], lhs: list[int], rhs: list[int]) -> float:
+    """2 x batch x output features x input features per group x the valid (output,
+    kernel) position pairs of each spatial dimension (padding and dilation holes skipped)."""
+    lhs_labels, rhs_labels, out_labels = _DIM_LABELS.search(line).groups()
+    spatial = sum(label.isdigit() for label in rhs_labels)
+    window = _window(line, spatial)
+    valid = 1
+    for dim in range(spatial):
+        key = str(dim)
+        size, stride, (low, _), base, dilation = (window[name][dim] for name in (
+            "size", "stride", "pad", "lhs_dilate", "rhs_dilate"))
+        inputs = lhs[lhs_labels.index(key)]
+        valid *= sum(1 for o in range(out[out_labels.index(key)]) for k in range(size)
+                     if (u := o * stride - low + k * dilation) % base == 0
+                     and 0 <= u // base < inputs)
+    feature_groups = _attribute(line, "feature_group_count", 1)
+    batch_groups = _attribute(line, "batch_group_count", 1)
+    return (2.0 * (lhs[lhs_labels.index("f")] // feature_groups) * rhs[rhs_labels.index("o")]
+            * (lhs[lhs_labels.index("b")] // batch_groups) * valid)
+
+
+def _window(line: str, spatial: int) -> dict:
+    """A convolution's `window={size=1x4 pad=0_0x3_3 ...}`, one entry per spatial dim."""
+    window = {"size": [1] * spatial, "stride": [1] * spatial, "pad": [(0, 0)] * spatial,
+              "lhs_dilate": [1] * spatial, "rhs_dilate": [1] * spatial}
+    text = _WINDOW.search(line)
+    for item in text.group(1).split() if text else []:
+        name, value = item.split("=")
+        if name == "pad":
+            window[name] = [tuple(map(int, p.split("_"))) for p in value.split("x")]
+        elif name in window:
+            window[name] = [int(v) for v in value.split("x")]
+    return window
+
+
+def _attribute(line: str, name: str, default: int) -> int:
+    found = re.search(rf"{name}=(\d+)", line)
+    return int(found.group(1)) if found else default
+
+
+def _dims(shape_text: str) -> list[int]:
+    found = _SHAPE.search(shape_text)
+    return [int(d) for d in found.group(2).split(",") if d] if found else []
 
 
 def loop_trips(hlo_text: str) -> list[int]:

@@ -13,7 +13,6 @@ import time
 from core import config as config_lib
 from core import runtime, topology
 from core.errors import UserError
-from core.flops import train_flops
 from core.tpu_compile import CompiledStep, OutOfMemory
 from zoo.plan import FIT_ADVICE, Plan, describe, make_plan
 from zoo.registry import resolve
@@ -108,109 +107,52 @@ def attention_kind(model) -> str:
     return "flash" if any(getattr(m, "use_flash", False) for m in model.modules()) else "eager"
 
 
-def executed_flops_per_item(family, cfg, remat_checkpoint: list[str], flash: bool) -> float:
-    """Matmul FLOPs per item the step executes, analytically: 3 x forward with attention
-    counted dense (eager attention computes the masked half too; the flash kernels declare
-    their cost dense, and that is what the compiler counts), plus the forward of every
-    checkpointed layer again in backward (recompute). Flash attention's backward recomputes
-    the scores: 7 attention matmuls where eager's backward has 4. The recomputed share is
-    counted on the meta device, per layer, with FlopCounterMode."""
+def executed_flops_per_item(family, cfg, remat, flash: bool) -> float:
+    """Matmul FLOPs per item of the step as it executes: forward and backward counted by
+    FlopCounterMode on the meta device with the run's remat preset applied, so every
+    checkpointed call runs its forward again in backward; scanned stacks run as their Python
+    loop (inside scan, remat is the min-cut partition, which keeps matmul outputs: nothing
+    recomputed). Attention counts dense, as eager attention computes it and as the flash
+    kernels declare their cost; flash's backward also recomputes the scores: 7 attention
+    matmuls where eager's backward has 4."""
     forward = family.forward_flops(cfg, causal=False)
     attention = 2 * (forward - family.forward_flops(cfg, causal=True))  # dense, forward
-    executed = train_flops(forward) + forward * recomputed_share(family, cfg, remat_checkpoint)
+    executed = _meta_train_step_flops(family, cfg, remat) / family.trainer_cls.items_per_step(cfg)
     return executed + (1.5 * attention if flash else 0.0)
 
 
-def recomputed_share(family, cfg, checkpoint_classes: list[str]) -> float:
-    """Fraction of the forward's FLOPs inside layers of the checkpointed classes."""
-    if not checkpoint_classes:
-        return 0.0
-    inside = [0.0]
-
-    def prepare(model, counter):
-        for module in model.modules():
-            if type(module).__name__ in checkpoint_classes:
-                _count_into(module, "forward", counter, inside)
-
-    total = _meta_forward_flops(family, cfg, prepare)  # fills `inside`
-    return inside[0] / max(total, 1)
-
-
-def loop_counted_once_share(family, cfg, scan_stacks: list[str]) -> tuple[float, float]:
-    """(share of the forward's FLOPs inside scanned loops, share of it in every trip but
-    the first): what libtpu's cost analysis leaves out, counting each loop body once.
-    Counted on the meta device with the scan replaced by its Python loop."""
-    import torch_xla.experimental.scan_layers as scan_module
-
-    from core.remat import LayerStack
-
-    if not scan_stacks:
-        return 0.0, 0.0
-    looped, later_trips = [0.0], [0.0]
-
-    def prepare(model, counter):
-        modules = dict(model.named_modules())
-        for path in scan_stacks:
-            modules[path].scan = True
-
-        def python_scan(layers, carry, **_):
-            for trip, layer in enumerate(layers):
-                before = counter.get_total_flops()
-                carry = layer(*carry)
-                looped[0] += counter.get_total_flops() - before
-                later_trips[0] += (counter.get_total_flops() - before) if trip else 0.0
-            return carry
-
-        scan_module.scan_layers, LayerStack.forward = python_scan, scanning_forward
-
-    def scanning_forward(self, hidden, *extras):
-        return self._scan(hidden, extras) if self.scan else original_forward(self, hidden, *extras)
-
-    original_scan, original_forward = scan_module.scan_layers, LayerStack.forward
-    try:
-        total = _meta_forward_flops(family, cfg, prepare)
-    finally:
-        scan_module.scan_layers, LayerStack.forward = original_scan, original_forward
-    return looped[0] / max(total, 1), later_trips[0] / max(total, 1)
-
-
-def _meta_forward_flops(family, cfg, prepare) -> float:
-    """FLOPs of the loss's forward on a meta-device model, after `prepare(model, counter)`."""
+def _meta_train_step_flops(family, cfg, remat) -> float:
+    """FLOPs of the loss's forward and backward on a meta-device model (nothing allocated),
+    attention as plain matmuls (FlopCounterMode cannot see inside a flash kernel)."""
     import torch
+    import torch_xla.experimental.scan_layers as scan_module
     from torch.utils.flop_counter import FlopCounterMode
 
+    from core.remat import LayerStack, apply_remat
+
+    def python_scan(layers, carry, **_):
+        for layer in layers:
+            carry = layer(*carry)
+        return carry
+
+    def forward(self, hidden, *extras):  # the scan path off XLA too
+        return self._scan(hidden, extras) if self.scan else original_forward(self, hidden, *extras)
+
+    plain = {"attention": "plain"} if hasattr(cfg.model, "attention") else {}
     with torch.device("meta"):
-        model = family.build(cfg.model, init=False)
-    counter = FlopCounterMode(display=False)
-    prepare(model, counter)
+        model = family.build(dataclasses.replace(cfg.model, **plain), init=False)
+    apply_remat(model, remat)
     batch = {k: v.to("meta") for k, v in family.example_batch(cfg).items()}
-    with counter, torch.no_grad():
-        family.trainer_cls.loss(model, batch)
+    counter = FlopCounterMode(display=False)
+    original_scan, original_forward = scan_module.scan_layers, LayerStack.forward
+    scan_module.scan_layers, LayerStack.forward = python_scan, forward
+    try:
+        with counter:
+            loss, _ = family.trainer_cls.loss(model, batch)
+            loss.backward()
+    finally:
+        scan_module.scan_layers, LayerStack.forward = original_scan, original_forward
     return counter.get_total_flops()
-
-
-def _count_into(module, method: str, counter, total: list[float]) -> None:
-    """Add the FLOPs of each call of `module.method` to total[0]."""
-    original = getattr(module, method)
-
-    def counted(*args, **kwargs):
-        before = counter.get_total_flops()
-        out = original(*args, **kwargs)
-        total[0] += counter.get_total_flops() - before
-        return out
-
-    setattr(module, method, counted)
-
-
-def as_the_compiler_counts(executed: float, forward: float, loop_share: float,
-                           later_share: float) -> float:
-    """The executed FLOPs less what a cost analysis that counts each loop body once leaves
-    out. Outside the loops the step does 3 x forward (no recompute, no attention there);
-    the rest is loop work, of which every trip but the first goes uncounted."""
-    if not loop_share:
-        return executed
-    in_loops = executed - 3 * forward * (1 - loop_share)
-    return executed - in_loops * later_share / loop_share
 
 
 @dataclasses.dataclass
@@ -221,7 +163,6 @@ class CompiledPlan:
     compiled: CompiledStep | OutOfMemory
     attention: str  # what the compiled program computes attention with
     executed_flops_per_chip: float  # analytic, with recompute and attention as executed
-    counted_flops_per_chip: float  # the same, less the loop trips the compiler counts once
     trace_seconds: float
     target: dict  # the compiler's topology arguments
     unplanned_input_bytes: int = 0  # step inputs that are not placeholders (unsharded)
@@ -268,9 +209,6 @@ class CompiledPlan:
                                                   "largest_allocations": step.largest}},
                     "flops_per_chip": flops, "collectives": None, "compiler_estimate": None}
         roofline, source = step.roofline_seconds(topo)
-        if self.counted_flops_per_chip < self.executed_flops_per_chip:
-            roofline *= self.executed_flops_per_chip / self.counted_flops_per_chip
-            source += ", scaled to every trip of its loops by the analytic count"
         return {
             **record,
             "hbm_per_chip": {
@@ -281,9 +219,11 @@ class CompiledPlan:
                 "analytic": analytic_hbm,
                 "compiled_over_analytic": step.total_bytes / plan.total,
             },
-            "flops_per_chip": {**flops, "compiled": step.flops,
-                               "analytic_as_counted": self.counted_flops_per_chip,
-                               "compiled_over_executed": step.flops / self.counted_flops_per_chip,
+            "flops_per_chip": {**flops, "compiled_matmul": step.matmul_flops,
+                               "compiled_over_executed":
+                                   step.matmul_flops / self.executed_flops_per_chip,
+                               "cost_analysis": step.flops,
+                               "cost_analysis_vector_share": step.vector_flops_share,
                                "loop_trips": step.loop_trips},
             "collectives": step.collectives,
             "compiler_estimate": {
@@ -307,14 +247,10 @@ def compile_plan(model_name: str, slice_type: str, overrides: list[str],
     traced = time.perf_counter() - start
     family, _ = resolve(model_name)
     remat = config_lib.load(RematConfig, files=[family.preset("remat", cfg.remat)])
-    # inside scan, remat is the min-cut partition, which keeps matmul outputs: no recompute
-    recomputed = [] if remat.scan else remat.checkpoint
-    executed = executed_flops_per_item(family, cfg, recomputed, attention == "flash")
-    counted = as_the_compiler_counts(executed, family.forward_flops(cfg, causal=False),
-                                     *loop_counted_once_share(family, cfg, remat.scan))
+    executed = executed_flops_per_item(family, cfg, remat, attention == "flash")
     per_chip = family.trainer_cls.items_per_step(cfg) / topo.chips
     return CompiledPlan(analytic, compile_hlo(text, topo), attention, executed * per_chip,
-                        counted * per_chip, traced, compile_target(topo), unplanned)
+                        traced, compile_target(topo), unplanned)
 
 
 def persistent_bytes(plan: Plan) -> float:
@@ -349,8 +285,8 @@ def describe_compiled(plan: CompiledPlan) -> str:
          format_bytes(step.temp_bytes + step.output_bytes - step.alias_bytes)),
         ("generated code", "-", format_bytes(step.code_bytes)),
         ("total HBM", format_bytes(plan.analytic.total), format_bytes(step.total_bytes)),
-        ("FLOPs per step (as executed)", f"{flops['analytic_executed']:.3e}",
-         f"{flops['compiled']:.3e}"),
+        ("matmul FLOPs per step (as executed)", f"{flops['analytic_executed']:.3e}",
+         f"{flops['compiled_matmul']:.3e}"),
     ]
     verdict = "fits" if plan.fits else "does NOT fit"
     lines = [
@@ -364,22 +300,18 @@ def describe_compiled(plan: CompiledPlan) -> str:
     ]
     if abs(hbm["compiled_over_analytic"] - 1) > 0.15:
         lines.append("  why they differ: " + hbm_difference_note(plan))
-    lines.append(
-        f"FLOPs per chip: compiled / analytic as executed = {flops['compiled_over_executed']:.3f}"
-        f" (as executed: attention as computed, plus remat recompute; model FLOPs for MFU: "
-        f"{flops['analytic_model']:.3e})"
-    )
     trips = "/".join(map(str, sorted(set(step.loop_trips) - {1})))
-    if plan.counted_flops_per_chip < plan.executed_flops_per_chip:
-        lines.append(
-            f"  the compiler's cost analysis counts a loop body once: this program loops "
-            f"{trips} times (scan), so its compiled FLOPs leave out all but one trip of each "
-            "loop; the ratio above compares them with the analytic count made the same way "
-            f"({flops['analytic_as_counted']:.3e})")
-    elif trips:
-        lines.append(
-            f"  libtpu built loops of its own here ({trips} trips; e.g. collective matmuls), "
-            "which its cost analysis counts once: compiled FLOPs may fall short by their work")
+    lines += [
+        f"matmul FLOPs per chip: compiled / analytic as executed = "
+        f"{flops['compiled_over_executed']:.3f} (compiled: the program's dots, convolutions "
+        f"and Pallas kernels{', every trip of its ' + trips + '-trip loops' if trips else ''}; "
+        "as executed: attention as computed, plus remat recompute; model FLOPs for MFU: "
+        f"{flops['analytic_model']:.3e})",
+        f"  the compiler's cost analysis counts {flops['cost_analysis']:.3e}"
+        f"{', each loop body once' if trips else ''}; "
+        f"{flops['cost_analysis_vector_share']:.1%} of it is vector work (elementwise ops, "
+        "reductions, the fp32 loss over the vocabulary), which model FLOPs leave out",
+    ]
     if plan.unplanned_input_bytes > 2**20:
         lines.append(
             f"  {format_bytes(plan.unplanned_input_bytes)} of the step's inputs are device "
