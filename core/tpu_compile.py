@@ -249,7 +249,8 @@ _DIM_LABELS = re.compile(r"dim_labels=(\w+)_(\w+)->(\w+)")
 _WINDOW = re.compile(r"window=\{([^}]*)\}")
 _KERNEL_COST = re.compile(r'"cost_estimate":\{"flops":"(\d+)"')
 FLOAT_TYPES = ("bf16", "f16", "f32", "f64", "f8")
-_LESS_THAN = re.compile(r"compare\(%[\w.\-]+, %([\w.\-]+)\), direction=LT")
+_LESS_THAN = re.compile(r"compare\(%([\w.\-]+), %([\w.\-]+)\), direction=LT")
+_BODY = re.compile(r"body=%?([\w.\-]+)")
 
 
 def count_collectives(hlo_text: str) -> dict:
@@ -394,16 +395,36 @@ def _computations(hlo_text: str) -> dict[str, list[str]]:
 
 def _while_trips(line: str, bodies: dict[str, list[str]]) -> int:
     """A while loop's trip count: its `known_trip_count`, else (libtpu rewrites scan loops
-    without one) the bound its condition compares the counter against, `i < N`."""
+    and builds loops of its own without one) the bound its condition compares the counter
+    against, `i < N`, over the step the body adds to that counter (windowed einsums step
+    by 2)."""
     known = _TRIP.search(line)
     if known:
         return int(known.group(1))
-    condition = _CONDITION.search(line)
-    lines = bodies.get(condition.group(1), []) if condition else []
-    constants = dict(_CONSTANT.findall("\n".join(lines)))
-    bounds = [int(constants[name]) for name in _LESS_THAN.findall("\n".join(lines))
-              if name in constants]
-    return max(bounds, default=1)
+    condition, body = _CONDITION.search(line), _BODY.search(line)
+    test = "\n".join(bodies.get(condition.group(1), [])) if condition else ""
+    constants = dict(_CONSTANT.findall(test))
+    for counter, bound in _LESS_THAN.findall(test):
+        if bound in constants:
+            index = re.search(rf"%{re.escape(counter)} = .*index=(\d+)", test)
+            step = _counter_step(bodies.get(body.group(1), []) if body else [],
+                                 int(index.group(1)) if index else -1)
+            return -(-int(constants[bound]) // step)
+    return 1
+
+
+def _counter_step(body: list[str], index: int) -> int:
+    """What a loop body adds to tuple element `index` (its counter) each trip; 1 if unclear."""
+    text = "\n".join(body)
+    root = re.search(r"ROOT %[\w.\-]+ = .*? tuple\(([^)]*)\)", text)
+    operands = _OPERAND.findall(root.group(1)) if root else []
+    if not 0 <= index < len(operands):
+        return 1
+    added = re.search(rf"%{re.escape(operands[index])} = \S+ add\(%([\w.\-]+), %([\w.\-]+)\)",
+                      text)
+    constants = dict(_CONSTANT.findall(text))
+    steps = [int(constants[n]) for n in (added.groups() if added else ()) if n in constants]
+    return max(steps[0], 1) if steps else 1
 
 
 def _array_bytes(shape_text: str) -> int:

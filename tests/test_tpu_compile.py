@@ -240,6 +240,36 @@ ENTRY %main (x: bf16[8,32]) -> bf16[8,32] {
     assert once == loop_dot + heads + batched + 1000
 
 
+def test_loop_trips_follow_the_counter_step_of_libtpu_windowed_einsums():
+    """libtpu's collective-matmul loops test `i < 8` and add 2 per trip: 4 trips."""
+    hlo = """HloModule m
+
+%cond (c: (u32[], bf16[8])) -> pred[] {
+  %c = (u32[], bf16[8]{0}) parameter(0)
+  %bound = u32[]{:T(128)} constant(8)
+  %i = u32[]{:T(128)} get-tuple-element(%c), index=0
+  ROOT %lt = pred[]{:T(512)} compare(%i, %bound), direction=LT
+}
+
+%body (b: (u32[], bf16[8])) -> (u32[], bf16[8]) {
+  %b = (u32[], bf16[8]{0}) parameter(0)
+  %two = u32[]{:T(128)} constant(2)
+  %j = u32[]{:T(128)} get-tuple-element(%b), index=0
+  %x = bf16[8]{0} get-tuple-element(%b), index=1
+  %next = u32[]{:T(128)} add(%j, %two)
+  %cp = bf16[8]{0} collective-permute(%x), source_target_pairs={{0,1},{1,0}}
+  ROOT %t = (u32[]{:T(128)}, bf16[8]{0}) tuple(%next, %cp)
+}
+
+ENTRY %main (x: (u32[], bf16[8])) -> (u32[], bf16[8]) {
+  %x = (u32[], bf16[8]{0}) parameter(0)
+  ROOT %w = (u32[], bf16[8]{0}) while(%x), condition=%cond, body=%body
+}
+"""
+    assert loop_trips(hlo) == [4]
+    assert count_collectives(hlo)["collective-permute"]["count"] == 4
+
+
 def test_out_of_memory_message_is_read():
     message = ("RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in "
                "memory space hbm. Used 38.33G of 30.75G hbm. Exceeded hbm capacity by 7.59G.\n"
