@@ -28,11 +28,12 @@ class MyModelAttention(nn.Module):
     def forward(self, x):
         batch, seq, hidden = x.shape
         q, k, v = self.qkv(x).view(batch, seq, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
-        scores = (q @ k.transpose(-1, -2)).float() / math.sqrt(q.shape[-1])
+        # einsum, not @: `@` merges batch and heads, and libtpu then gathers tensor-split heads
+        scores = torch.einsum("bhqd,bhkd->bhqk", q, k).float() / math.sqrt(q.shape[-1])
         causal = torch.ones(seq, seq, dtype=torch.bool, device=x.device).tril()
         # `where` with a finite floor rather than masked_fill: correct gradients under scan.
         scores = torch.where(causal, scores, torch.full_like(scores, -1e30))
-        attended = scores.softmax(-1).to(v.dtype) @ v
+        attended = torch.einsum("bhqk,bhkd->bhqd", scores.softmax(-1).to(v.dtype), v)
         return self.out(attended.transpose(1, 2).reshape(batch, seq, hidden))
 
 

@@ -92,10 +92,11 @@ def causal_attention(q, k, v):
     under scan with min-cut rematerialisation (torch_xla 2.9).
     """
     seq = q.shape[-2]
-    scores = (q @ k.transpose(-1, -2)).float() / math.sqrt(q.shape[-1])
+    # einsum, not @: `@` merges batch and heads, and libtpu then gathers tensor-split heads
+    scores = torch.einsum("bhqd,bhkd->bhqk", q, k).float() / math.sqrt(q.shape[-1])
     causal = torch.ones(seq, seq, dtype=torch.bool, device=q.device).tril()
     scores = torch.where(causal, scores, torch.full_like(scores, -1e30))
-    return scores.softmax(-1).to(v.dtype) @ v
+    return torch.einsum("bhqk,bhkd->bhqd", scores.softmax(-1).to(v.dtype), v)
 
 
 def flash_attention(q, k, v):

@@ -94,8 +94,9 @@ class T5Attention(nn.Module):
             return t.view(batch, -1, self.heads, self.d_kv).transpose(1, 2)
 
         q, k, v = heads(self.q(x)), heads(self.k(keys)), heads(self.v(keys))
-        scores = (q @ k.transpose(-1, -2)).float() + bias  # T5: no 1/sqrt(d) scaling
-        attended = scores.softmax(-1).to(v.dtype) @ v
+        # einsum, not @: `@` merges batch and heads, and libtpu then gathers tensor-split heads
+        scores = torch.einsum("bhqd,bhkd->bhqk", q, k).float() + bias  # T5: no 1/sqrt(d) scaling
+        attended = torch.einsum("bhqk,bhkd->bhqd", scores.softmax(-1).to(v.dtype), v)
         return self.o(attended.transpose(1, 2).reshape(batch, -1, self.heads * self.d_kv))
 
 
