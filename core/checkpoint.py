@@ -35,7 +35,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shutil
 import warnings
 from itertools import zip_longest
@@ -44,22 +43,17 @@ from pathlib import Path
 import torch
 
 from core.errors import UserError
+from core.run_folder import RunFolder, step_dir_name, step_of
 
-_STEP_DIR = re.compile(r"step-(\d+)")
 _TMP_PREFIX = ".tmp-"
 _TRASH_PREFIX = ".trash-"
 WEIGHTS_FILE = "model.safetensors"
 _META_FILE = "meta.json"
 _TRAINER_FILE = "trainer.pt"
-RUN_SUBDIR = "checkpoints"  # where a run folder keeps its checkpoints
 
 
 class CheckpointError(UserError):
     """A checkpoint that is missing or does not fit the model/optimizer being restored."""
-
-
-def step_dir_name(step: int) -> str:
-    return f"step-{step:08d}"
 
 
 def complete_steps(directory: str | Path) -> list[int]:
@@ -67,12 +61,8 @@ def complete_steps(directory: str | Path) -> list[int]:
     directory = Path(directory)
     if not directory.is_dir():
         return []
-    steps = []
-    for child in directory.iterdir():
-        found = _STEP_DIR.fullmatch(child.name)
-        if found and child.is_dir():
-            steps.append(int(found.group(1)))
-    return sorted(steps)
+    steps = [step_of(child.name) for child in directory.iterdir() if child.is_dir()]
+    return sorted(step for step in steps if step is not None)
 
 
 class Checkpointer:
@@ -270,13 +260,14 @@ def load_checkpoint(path: str | Path) -> dict[str, torch.Tensor]:
     path = Path(path)
     if _is_checkpoint(path):
         return _read_weights(path)
-    for folder in (path, path / RUN_SUBDIR):
+    for folder in (path, RunFolder(path).checkpoints):
         steps = complete_steps(folder)
         if steps:
             return _read_weights(folder / step_dir_name(steps[-1]))
+    subdir = RunFolder(path).checkpoints.name
     raise CheckpointError(
         f"{path} is neither a checkpoint folder (no {WEIGHTS_FILE} or shards) nor a folder "
-        f"with complete step-NNNNNNNN checkpoints (directly or in {RUN_SUBDIR}/)"
+        f"with complete step-NNNNNNNN checkpoints (directly or in {subdir}/)"
     )
 
 

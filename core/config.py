@@ -17,6 +17,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
 from core.errors import UserError
+from core.run_folder import RunFolder
 
 T = TypeVar("T")
 
@@ -86,7 +87,7 @@ def write_resolved(cfg, run_dir: str | Path) -> Path:
     """Write the fully resolved config as `RUN/config.yaml` (atomically) and return its path."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    path = run_dir / "config.yaml"
+    path = RunFolder(run_dir).config
     tmp = path.with_suffix(".yaml.tmp")
     tmp.write_text(to_yaml(cfg))
     tmp.replace(path)

@@ -13,6 +13,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from core.run_folder import RunFolder
+
 
 @dataclasses.dataclass
 class WandbConfig:
@@ -32,7 +34,7 @@ class MetricsLogger:
         unit: str = "tokens",
     ):
         self.unit = unit
-        self.path = Path(run_dir) / "metrics.jsonl"
+        self.path = RunFolder(Path(run_dir)).metrics
         _drop_records_after(self.path, start_step)  # a resumed run rewrites those steps
         self.file = self.path.open("a")
         self.bar = tqdm(

@@ -36,6 +36,7 @@ from core.mesh import MeshConfig, axis_sizes, build_mesh
 from core.metrics import MetricsLogger, WandbConfig
 from core.optim import OptimConfig, ScheduleConfig, build_optimizer, build_schedule
 from core.remat import RematConfig, apply_remat
+from core.run_folder import RunFolder
 from core.sharding import ShardingRules, shard_model
 
 WARMUP_STEPS = 2  # step 1 compiles the step, step 2 again once optimizer state exists
@@ -102,7 +103,8 @@ class Trainer:
         self.plan = shard_model(self.model, rules, self.mesh)
         self.optimizer = build_optimizer(config.optim, self.model.parameters())
         self.scheduler = build_schedule(config.schedule, self.optimizer, config.steps)
-        self.checkpointer = Checkpointer(self.run_dir / "checkpoints", keep=config.keep_checkpoints,
+        self.checkpointer = Checkpointer(RunFolder(self.run_dir).checkpoints,
+                                         keep=config.keep_checkpoints,
                                          consolidate=config.consolidate_checkpoints)
         self.forward_flops_per_item = forward_flops_per_item
         self.step = 0

@@ -60,8 +60,9 @@ def _write_weights(weights: dict, folder: Path) -> None:
 
 def cached_export(checkpoint: str | Path) -> Path:
     """Export a run's checkpoint once into RUN/hf/step-N and reuse it on later calls."""
-    from zoo.runs import checkpoint_step, find_run_dir
+    from core.run_folder import RunFolder
+    from zoo.runs import checkpoint_step
 
     path = Path(checkpoint)
-    out = find_run_dir(path) / "hf" / f"step-{checkpoint_step(path):08d}"
+    out = RunFolder.containing(path).export(checkpoint_step(path))
     return out if out.is_dir() else export(path, out)

@@ -117,9 +117,9 @@ def per_choice_loglikelihoods(samples: dict) -> dict:
 
 
 def _run_dir(path: Path) -> Path:
-    from zoo.runs import find_run_dir
+    from core.run_folder import RunFolder
 
-    return find_run_dir(path)
+    return RunFolder.containing(path).path
 
 
 def _log_wandb(path: Path, folder: Path, rows: list[tuple]) -> None:
