@@ -51,11 +51,9 @@ def summarize(entry: Entry, impl: str, raw: dict, calibration: dict) -> dict:
     topo = topology.parse(entry.tpu)
     times = raw["step_times_s"]
     median = statistics.median(times)
-    per_chip_divisor = topo.chips if topo.is_tpu else raw["devices"]
+    per_chip_divisor = topo.per_chip(raw["devices"])
     if topo.is_tpu:
-        peak = topo.peak_bf16_flops_per_chip * topo.chips
-        per_chip = topo.peak_bf16_flops_per_chip / 1e12
-        peak_source = f"{topo.name}: {topo.chips} x {per_chip:g} TFLOP/s bf16"
+        peak, peak_source = topo.peak_bf16_flops, topo.peak_description
     elif calibration:
         dtype = "bfloat16" if raw["bf16"] else "float32"
         peak = calibration[dtype]

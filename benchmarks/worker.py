@@ -31,13 +31,9 @@ def measure(entry: Entry, steps: int, peer: str | None, profile_dir: str | None)
 def _time_steps(trainer, steps: int, profile_dir: str | None) -> dict:
     import torch_xla
     import torch_xla.core.xla_model as xm
-    import torch_xla.debug.metrics as met
 
     from core.inputs import shard_batch
-
-    def compile_stats():
-        data = met.metric_data("CompileTime")
-        return (int(data[0]), data[1] / 1e9) if data else (0, 0.0)
+    from core.runtime import compile_stats
 
     batch = shard_batch(next(trainer.host_batches(0)), trainer.mesh)
     start = time.perf_counter()

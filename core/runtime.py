@@ -85,3 +85,12 @@ def tpu_type() -> str | None:
             return response.read().decode().strip()
     except OSError:
         return None
+
+
+def compile_stats() -> tuple[int, float]:
+    """XLA compilations so far in this process and their total seconds (torch_xla's
+    CompileTime metric)."""
+    import torch_xla.debug.metrics as met
+
+    data = met.metric_data("CompileTime")
+    return (int(data[0]), data[1] / 1e9) if data else (0, 0.0)

@@ -74,6 +74,20 @@ class Topology:
     def is_tpu(self) -> bool:
         return self.generation != "cpu"
 
+    @property
+    def peak_bf16_flops(self) -> float | None:
+        """The whole slice's bf16 peak FLOP/s, the MFU denominator (None on CPU)."""
+        return self.peak_bf16_flops_per_chip * self.chips if self.is_tpu else None
+
+    @property
+    def peak_description(self) -> str:
+        return f"{self.chips} x {self.peak_bf16_flops_per_chip / 1e12:g} TFLOP/s bf16 ({self.name})"
+
+    def per_chip(self, devices: int) -> int:
+        """What throughput is divided by per chip: the slice's chips on a TPU; on the CPU
+        stand-in, the runtime's virtual devices (each plays a chip)."""
+        return self.chips if self.is_tpu else devices
+
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from core import topology
+from core import runtime, topology
 from core.checkpoint import Checkpointer
 from core.flops import calibrate_cpu_peak, train_flops
 from core.inputs import device_loader
@@ -67,6 +67,10 @@ class TrainConfig:
     schedule: ScheduleConfig = dataclasses.field(default_factory=ScheduleConfig)
     wandb: WandbConfig = dataclasses.field(default_factory=WandbConfig)
 
+    def runs_in_bf16(self, topo: topology.Topology) -> bool:
+        """precision=auto means bf16 autocast on TPU, fp32 elsewhere."""
+        return self.precision == "bf16" or (self.precision == "auto" and topo.is_tpu)
+
     def __post_init__(self):
         if self.precision not in ("auto", "fp32", "bf16"):
             raise ValueError(f"precision must be auto, fp32 or bf16, not {self.precision}")
@@ -97,7 +101,7 @@ class Trainer:
         self.topology = topology.parse(config.tpu)
         self.mesh = build_mesh(config.mesh)
         self.devices = xr.global_runtime_device_count()
-        self.bf16 = uses_bf16(config, self.topology)
+        self.bf16 = config.runs_in_bf16(self.topology)
         apply_remat(model, remat)
         self.model = model.to(torch_xla.device())
         self.plan = shard_model(self.model, rules, self.mesh)
@@ -119,7 +123,7 @@ class Trainer:
         trainer.config, trainer.model, trainer.plan, trainer.mesh = config, model, plan, mesh
         trainer.optimizer, trainer.scheduler = optimizer, scheduler
         trainer.topology = topology.parse(config.tpu)
-        trainer.bf16 = uses_bf16(config, trainer.topology)
+        trainer.bf16 = config.runs_in_bf16(trainer.topology)
         return trainer
 
     # ---- override points -------------------------------------------------------------
@@ -248,12 +252,7 @@ class Trainer:
     def _peak_flops(self) -> tuple[float, str]:
         """Peak FLOP/s of the whole runtime, and how it was obtained."""
         if self.topology.is_tpu:
-            per_chip = self.topology.peak_bf16_flops_per_chip
-            chips = self.topology.chips
-            return (
-                per_chip * chips,
-                f"{chips} x {per_chip / 1e12:g} TFLOP/s bf16 ({self.topology.name})",
-            )
+            return self.topology.peak_bf16_flops, self.topology.peak_description
         dtype = "bfloat16" if self.bf16 else "float32"
         before = _compile_count()
         peak = calibrate_cpu_peak(dtype)
@@ -262,11 +261,6 @@ class Trainer:
             f"this host's measured {dtype} matmul peak {peak / 1e9:.0f} GFLOP/s "
             f"(shared by {self.devices} virtual devices)"
         )
-
-
-def uses_bf16(config: TrainConfig, topo: topology.Topology) -> bool:
-    """precision=auto means bf16 autocast on TPU, fp32 elsewhere."""
-    return config.precision == "bf16" or (config.precision == "auto" and topo.is_tpu)
 
 
 def _micro_batches(batch: dict, accum: int):
@@ -314,7 +308,7 @@ class _StepTracker:
         rate = trainer.items_per_step(trainer.config) / step_time
         metrics[f"{trainer.throughput_unit}_per_s"] = rate
         metrics[f"{trainer.throughput_unit}_per_s_per_chip"] = (
-            rate / trainer.topology.chips if trainer.topology.is_tpu else rate / trainer.devices
+            rate / trainer.topology.per_chip(trainer.devices)
         )
         metrics["mfu"] = trainer.flops_per_step() / (step_time * self.peak)
         metrics["compiles"] = compiles
@@ -343,10 +337,7 @@ class _StepTracker:
 
 
 def _compile_count() -> int:
-    import torch_xla.debug.metrics as met
-
-    data = met.metric_data("CompileTime")
-    return int(data[0]) if data else 0
+    return runtime.compile_stats()[0]
 
 
 def _what_changed(before, after) -> str:

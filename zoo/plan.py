@@ -73,7 +73,7 @@ def make_plan(model_name: str, slice_type: str, overrides: list[str], target_mfu
     batch_devices = mesh["data"] * mesh["fsdp"]
     micro_batch = cfg.global_batch_size // cfg.grad_accum
     per_device = -(-micro_batch // batch_devices)  # XLA pads a batch smaller than the mesh
-    bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and topo.is_tpu)
+    bf16 = cfg.runs_in_bf16(topo)
     activations = family.activation_bytes(
         cfg,
         per_device,
@@ -90,7 +90,7 @@ def make_plan(model_name: str, slice_type: str, overrides: list[str], target_mfu
     }
     items = family.trainer_cls.items_per_step(cfg)
     flops = train_flops(family.forward_flops(cfg)) * items
-    peak = (topo.peak_bf16_flops_per_chip or 0) * topo.chips
+    peak = topo.peak_bf16_flops or 0
     return Plan(
         model_name,
         topo,

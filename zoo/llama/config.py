@@ -45,6 +45,10 @@ class LlamaConfig:
         if self.attention not in ("auto", "plain", "flash"):
             raise ValueError(f"model.attention must be auto, plain or flash, not {self.attention}")
 
+    def uses_flash(self, on_tpu: bool) -> bool:
+        """Whether attention runs the Pallas flash kernel (`auto`: on a TPU)."""
+        return self.attention == "flash" or (self.attention == "auto" and on_tpu)
+
     @property
     def dim_per_head(self) -> int:
         return self.head_dim or self.hidden_size // self.num_attention_heads

@@ -43,7 +43,7 @@ def activation_bytes(
     on_tpu: bool,
 ) -> dict[str, float]:
     config = run.model
-    flash = config.attention == "flash" or (config.attention == "auto" and on_tpu)
+    flash = config.uses_flash(on_tpu)
     return decoder_stack_activation_bytes(
         layers=config.num_hidden_layers,
         seq=run.seq_len,
