@@ -407,13 +407,16 @@ def _while_trips(line: str, bodies: dict[str, list[str]]) -> int:
     condition, body = _CONDITION.search(line), _BODY.search(line)
     test = "\n".join(bodies.get(condition.group(1), [])) if condition else ""
     constants = dict(_CONSTANT.findall(test))
-    for counter, bound in _LESS_THAN.findall(test):
-        if bound in constants:
-            index = re.search(rf"%{re.escape(counter)} = .*index=(\d+)", test)
-            step = _counter_step(bodies.get(body.group(1), []) if body else [],
-                                 int(index.group(1)) if index else -1)
-            return -(-int(constants[bound]) // step)
-    return 1
+    # the largest bound: a 64-bit counter is tested as hi < 0 || (hi == 0 && lo < N)
+    bounds = [(int(constants[bound]), counter) for counter, bound in _LESS_THAN.findall(test)
+              if bound in constants]
+    if not bounds:
+        return 1
+    bound, counter = max(bounds)
+    index = re.search(rf"%{re.escape(counter)} = .*index=(\d+)", test)
+    step = _counter_step(bodies.get(body.group(1), []) if body else [],
+                         int(index.group(1)) if index else -1)
+    return -(-bound // step)
 
 
 def _counter_step(body: list[str], index: int) -> int:

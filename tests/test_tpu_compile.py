@@ -203,12 +203,17 @@ ENTRY %main (x: f32[16,8]) -> f32[16,8] {
     assert found["all-gather"] == {"count": 3, "bytes": 3 * 64 * 8 * 4}
     assert found["reduce-scatter"] == {"count": 3, "bytes": 3 * 64 * 8 * 4}
     assert loop_trips(hlo) == [3]
-    # libtpu's rewritten scan loops carry no known_trip_count: the bound is in the condition
+    # libtpu's rewritten scan loops carry no known_trip_count: the bound is in the condition,
+    # a 64-bit counter tested as hi < 0 || (hi == 0 && lo < 5)
     rewritten = re.sub(r", backend_config=\S+", "", hlo).replace(
         "ENTRY", """%cond (c: f32[16,8]) -> pred[] {
+  %zero = s32[]{:T(128)} constant(0)
   %bound = u32[]{:T(128)} constant(5)
+  %hi = s32[]{:T(128)} get-tuple-element(%c), index=1
+  %negative = pred[]{:T(512)} compare(%hi, %zero), direction=LT
   %i = u32[]{:T(128)} get-tuple-element(%c), index=0
-  ROOT %lt = pred[]{:T(512)} compare(%i, %bound), direction=LT
+  %lt = pred[]{:T(512)} compare(%i, %bound), direction=LT
+  ROOT %either = pred[]{:T(512)} or(%negative, %lt)
 }
 
 ENTRY""")
