@@ -260,14 +260,14 @@ def load_checkpoint(path: str | Path) -> dict[str, torch.Tensor]:
     path = Path(path)
     if _is_checkpoint(path):
         return _read_weights(path)
-    for folder in (path, RunFolder(path).checkpoints):
+    in_run = RunFolder(path).checkpoints
+    for folder in (path, in_run):
         steps = complete_steps(folder)
         if steps:
             return _read_weights(folder / step_dir_name(steps[-1]))
-    subdir = RunFolder(path).checkpoints.name
     raise CheckpointError(
         f"{path} is neither a checkpoint folder (no {WEIGHTS_FILE} or shards) nor a folder "
-        f"with complete step-NNNNNNNN checkpoints (directly or in {subdir}/)"
+        f"with complete step-NNNNNNNN checkpoints (directly or in {in_run.name}/)"
     )
 
 

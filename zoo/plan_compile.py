@@ -107,18 +107,20 @@ def attention_kind(model) -> str:
     return "flash" if any(getattr(m, "use_flash", False) for m in model.modules()) else "eager"
 
 
-def executed_flops_per_item(family, cfg, remat, flash: bool) -> float:
-    """Matmul FLOPs per item of the step as it executes: forward and backward counted by
+def executed_flops_per_step(family, cfg, remat, flash: bool) -> float:
+    """Matmul FLOPs of the whole step as it executes: forward and backward counted by
     FlopCounterMode on the meta device with the run's remat preset applied, so every
     checkpointed call runs its forward again in backward; scanned stacks run as their Python
     loop (inside scan, remat is the min-cut partition, which keeps matmul outputs: nothing
     recomputed). Attention counts dense, as eager attention computes it and as the flash
     kernels declare their cost; flash's backward also recomputes the scores: 7 attention
     matmuls where eager's backward has 4."""
+    if not flash:
+        return _meta_train_step_flops(family, cfg, remat)
     forward = family.forward_flops(cfg, causal=False)
-    attention = 2 * (forward - family.forward_flops(cfg, causal=True))  # dense, forward
-    executed = _meta_train_step_flops(family, cfg, remat) / family.trainer_cls.items_per_step(cfg)
-    return executed + (1.5 * attention if flash else 0.0)
+    attention = 2 * (forward - family.forward_flops(cfg, causal=True))  # dense, per item
+    items = family.trainer_cls.items_per_step(cfg)
+    return _meta_train_step_flops(family, cfg, remat) + 1.5 * attention * items
 
 
 def _meta_train_step_flops(family, cfg, remat) -> float:
@@ -247,9 +249,8 @@ def compile_plan(model_name: str, slice_type: str, overrides: list[str],
     traced = time.perf_counter() - start
     family, _ = resolve(model_name)
     remat = config_lib.load(RematConfig, files=[family.preset("remat", cfg.remat)])
-    executed = executed_flops_per_item(family, cfg, remat, attention == "flash")
-    per_chip = family.trainer_cls.items_per_step(cfg) / topo.chips
-    return CompiledPlan(analytic, compile_hlo(text, topo), attention, executed * per_chip,
+    executed = executed_flops_per_step(family, cfg, remat, attention == "flash")
+    return CompiledPlan(analytic, compile_hlo(text, topo), attention, executed / topo.chips,
                         traced, compile_target(topo), unplanned)
 
 
