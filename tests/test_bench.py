@@ -23,7 +23,7 @@ SUITE = """
 
 def zoo(*args, timeout=900):
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    return subprocess.run([sys.executable, "-c", "from zoo.cli import main; main()", *args],
+    return subprocess.run([sys.executable, "-c", "from tools.cli import main; main()", *args],
                           env=env, capture_output=True, text=True, timeout=timeout)
 
 

@@ -26,7 +26,7 @@ def run(*args, timeout=900):
 
 
 def zoo(*args, timeout=900):
-    return run(sys.executable, "-c", "from zoo.cli import main; main()", *args,
+    return run(sys.executable, "-c", "from tools.cli import main; main()", *args,
                timeout=timeout)
 
 

@@ -4,7 +4,7 @@ import pytest
 from click.testing import CliRunner
 
 from core.topology import TopologyError, parse
-from zoo.cli import cli
+from tools.cli import cli
 
 TiB = 2**40
 GiB = 2**30

@@ -33,7 +33,7 @@ def fake(tmp_path, monkeypatch):
         root = tmp_path / "workers" / "node"
 
         def zoo(self, *args, timeout=120):
-            return subprocess.run([sys.executable, "-c", "from zoo.cli import main; main()",
+            return subprocess.run([sys.executable, "-c", "from tools.cli import main; main()",
                                    *args], env=env, capture_output=True, text=True,
                                   timeout=timeout)
 
@@ -81,7 +81,7 @@ def test_sync_ships_the_tree_without_git_venv_or_runs(fake):
     assert result.returncode == 0, result.stderr
     for worker in (0, 1):
         home = fake.root / f"worker-{worker}" / "zoo"
-        assert (home / "README.md").is_file() and (home / "zoo" / "cli.py").is_file()
+        assert (home / "README.md").is_file() and (home / "tools" / "cli.py").is_file()
         assert not (home / ".git").exists() and not (home / ".venv").exists()
     scp = next(c for c in fake.calls() if c[3] == "scp")
     assert "--worker=all" in scp and "us-central2-b" in scp and "my-proj" in scp

@@ -1,136 +1,342 @@
-"""`zoo tpu ...`: TPU VM slices from a workstation, through gcloud. Every command takes
---dry-run, which prints the exact gcloud invocations instead of running them."""
+"""The `zoo` command. Heavy imports (torch, torch_xla) happen inside commands so that
+`zoo --help` stays instant."""
 
 from __future__ import annotations
 
+import json
+import logging
+import sys
+
 import click
 
-from tools import tpu as ops
-from tools.gcloud import Gcloud, Node, create, delete
+from core.errors import UserError
+from tools.tpu_commands import tpu as tpu_group
 
-DATA_DISK_HELP = ("A persistent disk (projects/P/zones/Z/disks/D) to attach read-write: "
-                  "where checkpoints survive the VM.")
-
-
-def node_options(command):
-    for option in reversed([
-        click.argument("name"),
-        click.option("--zone", help="GCE zone (default: CLOUDSDK_COMPUTE_ZONE)."),
-        click.option("--project", help="GCP project (default: gcloud's configured one)."),
-        click.option("--dry-run", is_flag=True, help="Print the gcloud commands; run nothing."),
-    ]):
-        command = option(command)
-    return command
+# flax, which torchax imports for torch_xla's scan, warns at import that TensorFlow is
+# missing (for gs:// paths in flax.io, which zoo never uses): noise to our users.
+logging.getLogger("absl").addFilter(
+    lambda record: "Tensorflow library not found" not in record.getMessage())
 
 
-def target(name, zone, project, dry_run) -> tuple[Gcloud, Node]:
-    return Gcloud(dry_run=dry_run, echo=click.echo), Node.resolve(name, zone, project)
+class _Group(click.Group):
+    """Turns UserError into one line on stderr and a non-zero exit, without a traceback."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except UserError as error:
+            raise click.ClickException(str(error)) from None
 
 
-@click.group("tpu")
-def tpu():
-    """Create, set up and run on TPU VM slices (all workers at once), and babysit
-    preemptible ones."""
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+def cli():
+    """zoo: PyTorch/XLA reference models and a shared SPMD runtime for TPUs."""
 
 
-@tpu.command("create")
-@node_options
-@click.option("--tpu", "accelerator", required=True, help="Accelerator type, e.g. v4-32.")
-@click.option("--version", help="TPU VM software version (default per generation).")
-@click.option("--spot", is_flag=True, help="Spot capacity (cheaper, can be preempted).")
-@click.option("--preemptible", is_flag=True, help="Preemptible capacity.")
-@click.option("--data-disk", help=DATA_DISK_HELP)
-def create_command(name, zone, project, dry_run, accelerator, version, spot, preemptible,
-                   data_disk):
-    """Create TPU VM NAME."""
-    from core import topology
+@cli.command()
+@click.argument("slice_type")
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+def topology(slice_type, as_json):
+    """Describe a TPU slice type (v4-32, v5litepod-16, v6e-256, cpu-8, ...)."""
+    from core import topology as topo
 
-    topology.parse(accelerator)  # a clear error for impossible slice types
-    gcloud, node = target(name, zone, project, dry_run)
-    gcloud.run(create(node, accelerator, version, spot, preemptible, data_disk))
-
-
-@tpu.command("setup")
-@node_options
-def setup_command(name, zone, project, dry_run):
-    """Copy this repo to every worker and run setup_vm.sh there."""
-    ops.setup(*target(name, zone, project, dry_run))
-
-
-@tpu.command("sync")
-@node_options
-def sync_command(name, zone, project, dry_run):
-    """Copy local changes to every worker (not .git, .venv, runs, checkpoints, data)."""
-    ops.sync(*target(name, zone, project, dry_run))
-
-
-@tpu.command("run", context_settings={"ignore_unknown_options": True})
-@node_options
-@click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def run_command(name, zone, project, dry_run, command):
-    """Start COMMAND (after --) on every worker in the background, in ~/zoo."""
-    ops.run(*target(name, zone, project, dry_run), list(command))
-
-
-@tpu.command("logs")
-@node_options
-@click.option("--worker", default=0, show_default=True, help="Worker index.")
-@click.option("--follow", "-f", is_flag=True, help="Keep printing new lines.")
-def logs_command(name, zone, project, dry_run, worker, follow):
-    """Print a worker's run log."""
-    ops.logs(*target(name, zone, project, dry_run), worker, follow)
-
-
-@tpu.command("stop")
-@node_options
-def stop_command(name, zone, project, dry_run):
-    """End the processes `zoo tpu run` started (by their recorded ids), on every worker."""
-    ops.stop(*target(name, zone, project, dry_run))
-
-
-@tpu.command("status")
-@node_options
-def status_command(name, zone, project, dry_run):
-    """The node's state and, per worker, whether the run is going."""
-    gcloud, node = target(name, zone, project, dry_run)
-    info = gcloud.state(node)
-    if dry_run:
-        ops.worker_states(gcloud, node)
+    info = topo.parse(slice_type).to_dict()
+    if as_json:
+        click.echo(json.dumps(info, indent=2))
         return
-    if info is None:
-        click.echo(f"{name}: not found in {node.zone}")
+    for key, value in info.items():
+        if key == "peak_bf16_flops_per_chip":
+            value = f"{value / 1e12:g} TFLOP/s" if value else "measured by calibration (CPU)"
+        elif key == "hbm_bytes_per_chip":
+            value = f"{value / 2**30:g} GiB" if value else "host memory (CPU)"
+        click.echo(f"{key:26} {value}")
+
+
+@cli.command(context_settings={"ignore_unknown_options": True})
+@click.argument("overrides", nargs=-1)
+def doctor(overrides):
+    """Report versions and devices, then run a sharded matmul over all devices.
+
+    OVERRIDES are mesh settings such as mesh.tensor=2 (default: fsdp over all devices).
+    """
+    from core import config, runtime
+    from core.mesh import axis_sizes, build_mesh
+    from core.smoke import DoctorConfig, sharded_matmul
+
+    cfg = config.load(DoctorConfig, overrides=overrides)
+    info = runtime.detect()
+    rows = [
+        ("torch", info.torch),
+        ("torch_xla", info.torch_xla),
+        ("jax", info.jax),
+        ("torchax", info.torchax),
+        ("PJRT device", f"{info.pjrt_device}, {info.device_count} devices"),
+        ("processes", f"{info.process_index + 1} of {info.process_count}"),
+        ("TPU type", info.tpu_type or "none detected"),
+    ]
+    mesh = build_mesh(cfg.mesh)
+    rows.append(("mesh", " ".join(f"{a}={s}" for a, s in axis_sizes(mesh).items())))
+    for key, value in rows:
+        click.echo(f"{key:12} {value}")
+    result = sharded_matmul(mesh)
+    verdict = "ok" if result.ok else "FAILED"
+    click.echo(
+        f"{'smoke check':12} sharded matmul {result.shape} over {result.shards} shards: "
+        f"{verdict} (max abs error {result.max_abs_error:.1e}, "
+        f"compile+run {result.seconds:.2f} s, output sharding {result.output_sharding})"
+    )
+    if not result.ok:
+        sys.exit(1)
+
+
+@cli.command()
+def models():
+    """List every registered model and size with its parameter count."""
+    from zoo.registry import FAMILIES, family, parameter_count
+
+    for fam_name in FAMILIES:
+        fam = family(fam_name)
+        for size in fam.sizes:
+            count = parameter_count(fam, size)
+            click.echo(f"{fam_name}-{size:10} {count / 1e6:>10,.1f} M parameters")
+
+
+@cli.command(context_settings={"ignore_unknown_options": True})
+@click.argument("model")
+@click.argument("overrides", nargs=-1)
+@click.option("--tpu", help="Slice type to run on: v4-32, v5litepod-16, ... or cpu-N here.")
+@click.option("--steps", type=int, help="Optimizer steps to train (total, across resumes).")
+@click.option("--out", help="Run folder (default runs/MODEL); reruns resume from it.")
+@click.option("--init-from", help="Hugging Face checkpoint directory to start from.")
+@click.option("--config", "config_files", multiple=True, help="YAML config file(s).")
+@click.option(
+    "--prompt", default="The", show_default=True, help="Prompt for the sample printed at the end."
+)
+@click.option("--on", "node", help="Run on every worker of this TPU VM (from a workstation).")
+@click.option("--zone", help="With --on: the TPU VM's zone.")
+@click.option("--project", help="With --on: the TPU VM's project.")
+@click.option("--dry-run", is_flag=True, help="With --on: print the gcloud steps only.")
+def train(model, overrides, tpu, steps, out, init_from, config_files, prompt, node, zone,
+          project, dry_run):
+    """Train MODEL (see `zoo models`); OVERRIDES are key=value config settings.
+
+    Example: zoo train llama-tiny --tpu cpu-4 --steps 40 optim.lr=1e-3 remat=scan
+    """
+    if node:
+        from tools.gcloud import Gcloud, Node
+        from tools.tpu import launch_training
+
+        if not tpu:
+            raise UserError("--on needs --tpu TYPE: the slice type NAME must be")
+        flags = [f"--{k}={v}" for k, v in (("steps", steps), ("out", out),
+                                            ("init-from", init_from)) if v is not None]
+        gcloud = Gcloud(dry_run=dry_run, echo=click.echo)
+        launch_training(gcloud, Node.resolve(node, zone, project), model, tpu,
+                        [*flags, *(f"--config={f}" for f in config_files), *overrides])
         return
-    click.echo(f"{name}: {info.get('state', '?')} ({info.get('acceleratorType', '?')})")
-    for index, state in enumerate(ops.worker_states(gcloud, node)):
-        click.echo(f"  worker {index}: {state}")
+    from zoo.train import train as run_training
+
+    flags = {"tpu": tpu, "steps": steps, "out": out or f"runs/{model}", "init_from": init_from}
+    overrides = [f"{k}={v}" for k, v in flags.items() if v is not None] + list(overrides)
+    cfg, summary = run_training(model, overrides, config_files)
+    if not summary:
+        click.echo(f"nothing to do: {cfg.out} already trained {cfg.steps} steps")
+        return
+    click.echo(
+        f"done: steps {summary['first_step']}-{summary['last_step']}, loss "
+        f"{summary['first_loss']:.3f} -> {summary['last_loss']:.3f}, median step "
+        f"{summary['median_step_time_s']:.3f} s, {summary['items_per_s']:,.0f} "
+        f"{summary['unit']}/s, "
+        f"MFU {summary['mfu']:.1%}, {summary['compiles']} compiles; run folder {cfg.out}"
+    )
+    from core.lm import LMTrainer
+    from zoo.registry import resolve
+
+    if issubclass(resolve(model)[0].trainer_cls, LMTrainer) and cfg.data.source != "synthetic":
+        from zoo.generate import generate, load_for_generation
+
+        model_, tokenizer = load_for_generation(cfg.out)
+        sample = generate(model_, tokenizer, prompt, max_new_tokens=40, temperature=0.8, top_k=40)
+        click.echo(f"sample: {sample!r}")
 
 
-@tpu.command("delete")
-@node_options
-def delete_command(name, zone, project, dry_run):
-    """Delete TPU VM NAME."""
-    gcloud, node = target(name, zone, project, dry_run)
-    gcloud.run(delete(node))
+@cli.command("generate")
+@click.argument("run_or_checkpoint")
+@click.option("--prompt", required=True)
+@click.option("--max-new-tokens", default=50, show_default=True)
+@click.option("--temperature", default=0.0, show_default=True, help="0 = greedy.")
+@click.option("--top-k", default=0, show_default=True, help="0 = no top-k cut.")
+@click.option("--seed", default=0, show_default=True)
+def generate_command(run_or_checkpoint, prompt, max_new_tokens, temperature, top_k, seed):
+    """Continue PROMPT with a trained run (folder) or one of its checkpoints."""
+    from zoo.generate import generate, load_for_generation
+
+    model, tokenizer = load_for_generation(run_or_checkpoint)
+    click.echo(generate(model, tokenizer, prompt, max_new_tokens, temperature, top_k, seed))
 
 
-@tpu.command("babysit", context_settings={"ignore_unknown_options": True})
-@node_options
-@click.option("--tpu", "accelerator", required=True, help="Accelerator type, e.g. v4-32.")
-@click.option("--version", help="TPU VM software version (default per generation).")
-@click.option("--spot", is_flag=True)
-@click.option("--preemptible", is_flag=True)
-@click.option("--max-restarts", default=10, show_default=True)
-@click.option("--backoff", default=60.0, show_default=True,
-              help="Seconds before the first restart; doubles each time.")
-@click.option("--poll", default=120.0, show_default=True, help="Seconds between checks.")
-@click.option("--data-disk", help=DATA_DISK_HELP)
-@click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def babysit_command(name, zone, project, dry_run, accelerator, version, spot, preemptible,
-                    max_restarts, backoff, poll, data_disk, command):
-    """Keep COMMAND running on NAME: recreate, set up and restart it after preemption.
-    Training resumes from its latest complete checkpoint."""
-    gcloud, node = target(name, zone, project, dry_run)
-    code = ops.babysit(gcloud, node, accelerator, list(command), spot=spot,
-                       preemptible=preemptible, version=version, max_restarts=max_restarts,
-                       backoff=backoff, poll=poll, data_disk=data_disk, echo=click.echo)
-    raise SystemExit(code)
+@cli.command("new-model")
+@click.argument("name")
+@click.option(
+    "--dir",
+    "parent",
+    type=click.Path(file_okay=False),
+    help="Create the family here (out of tree, registered with ZOO_FAMILIES) instead of zoo/.",
+)
+def new_model(name, parent):
+    """Start a model family NAME from the template: a folder that trains as is.
+
+    In zoo/ it is registered with one line in zoo/registry.py. Then see CONTRIBUTING.md.
+    """
+    from pathlib import Path
+
+    from zoo.scaffold import scaffold
+
+    target = scaffold(name, Path(parent) if parent else None)
+    click.echo(f"created {target}/ (config, model, family, sharding/, remat/)")
+    if parent:
+        click.echo(
+            f"register it: export ZOO_FAMILIES={name}={name}.family "
+            f"PYTHONPATH={Path(parent).resolve()}"
+        )
+    else:
+        click.echo(f'registered: "{name}": "zoo.{name}.family" in zoo/registry.py')
+    click.echo(f"next: zoo train {name}-tiny --tpu cpu-4 --steps 50; "
+               f"pytest tests/test_conformance.py -k {name}")
+
+
+@cli.command()
+@click.option("--mfu", is_flag=True, help="Measure the peak (CPU calibration) and report MFU.")
+@click.option("--suite", default="default", show_default=True, help="Suite name or YAML path.")
+@click.option("--models", help="Only entries of these models (comma-separated).")
+@click.option("--tpu", help="Run every entry on this slice type instead of its own.")
+@click.option("--steps", default=10, show_default=True, help="Timed steps per entry.")
+@click.option("--out", default="runs/bench", show_default=True, help="Results folder.")
+@click.option(
+    "--compare",
+    type=click.Choice(["hf"]),
+    help="Also run the same config through "
+    "transformers' implementation and report the step-time ratio.",
+)
+@click.option(
+    "--baseline",
+    type=click.Path(exists=True, dir_okay=False),
+    help="results.json to compare against; exits non-zero on regressions.",
+)
+@click.option(
+    "--tolerance",
+    default=0.25,
+    show_default=True,
+    help="Allowed MFU drop vs the baseline (fraction).",
+)
+@click.option("--profile", "profile_dir", help="Capture an XLA profile of the timed steps here.")
+def bench(mfu, suite, models, tpu, steps, out, compare, baseline, tolerance, profile_dir):
+    """Step time, throughput and MFU for a benchmark suite (synthetic data)."""
+    import dataclasses
+    from pathlib import Path
+
+    from benchmarks import report, runner
+    from benchmarks.suite import load_suite
+
+    entries = load_suite(suite)
+    if models:
+        wanted = set(models.split(","))
+        entries = [e for e in entries if e.model in wanted]
+        if not entries:
+            raise click.ClickException(f"no entries of {sorted(wanted)} in suite {suite}")
+    if tpu:
+        entries = [dataclasses.replace(e, tpu=tpu) for e in entries]
+    if baseline:
+        mfu = True  # the gate compares MFU
+    results = runner.run_suite(entries, steps, compare, mfu, profile_dir)
+    ratios = runner.compare_ratios(results["records"])
+    click.echo(report.table(results["records"]))
+    click.echo(report.footnote(results))
+    for name, peer, ratio in ratios:
+        click.echo(f"{name}: step time zoo / {peer} = {ratio:.2f}")
+    report.write(results, ratios, Path(out))
+    click.echo(f"wrote {out}/results.json, results.md, results.png")
+    if baseline:
+        failed = runner.regressions(
+            results["records"], json.loads(Path(baseline).read_text()), tolerance
+        )
+        if failed:
+            raise click.ClickException(
+                f"slower than the baseline by more than {tolerance:.0%}: " + "; ".join(failed)
+            )
+        click.echo(f"no entry fell more than {tolerance:.0%} below the baseline MFU")
+
+
+@cli.command(context_settings={"ignore_unknown_options": True})
+@click.argument("model")
+@click.argument("overrides", nargs=-1)
+@click.option("--tpu", required=True, help="Slice type, e.g. v4-8, v5p-128.")
+@click.option("--target-mfu", default=0.5, show_default=True)
+@click.option("--compile", "compile_", is_flag=True,
+              help="Also trace the exact train step and compile it with the TPU compiler "
+              "(libtpu, compile-only: no TPU needed) for the slice's topology.")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as one JSON record.")
+def plan(model, overrides, tpu, target_mfu, compile_, as_json):
+    """Will MODEL fit on a slice? Per-chip memory and the step time a target MFU implies;
+    with --compile, the compiler's own per-chip HBM, FLOPs, collectives and step estimate.
+
+    OVERRIDES are `zoo train` keys: global_batch_size=, seq_len=, sharding=, remat=, mesh.*
+    """
+    from zoo.plan import describe, make_plan
+
+    if not compile_:
+        result = make_plan(model, tpu, list(overrides), target_mfu)
+        click.echo(json.dumps(result.record(), indent=2) if as_json else describe(result))
+        return
+    from zoo.plan_compile import compile_plan, describe_compiled
+
+    compiled = compile_plan(model, tpu, list(overrides), target_mfu)
+    click.echo(json.dumps(compiled.record(), indent=2) if as_json else describe_compiled(compiled))
+
+
+@cli.command()
+@click.argument("checkpoint")
+@click.argument("out")
+def export(checkpoint, out):
+    """Export a training run or checkpoint (CHECKPOINT) as a Hugging Face folder OUT."""
+    from eval.export import export as export_checkpoint
+
+    folder = export_checkpoint(checkpoint, out)
+    hf_class = json.loads((folder / "config.json").read_text())["architectures"][0]
+    click.echo(f"exported {checkpoint} -> {folder} (loads with transformers' {hf_class})")
+
+
+@cli.command("eval")
+@click.argument("checkpoint")
+@click.option("--tasks", help="Language models, comma-separated: lm-eval task names, `arc` "
+              "(arc_easy + arc_challenge), the sample tasks, or a folder of task YAMLs.")
+@click.option("--data", help="Image classifiers: an image folder (DIR/val/<class>/...) to "
+              "report top-1 on (default: the embedded image set).")
+@click.option("--num-fewshot", type=int)
+@click.option("--limit", type=int, help="Only the first N documents per task.")
+@click.option("--batch-size", default=8, show_default=True)
+@click.option("--device", type=click.Choice(["cpu", "cuda", "xla"]), default="cpu",
+              show_default=True)
+@click.option("--out", help="Folder for eval_results.json (default: next to the checkpoint).")
+def eval_command(checkpoint, tasks, data, num_fewshot, limit, batch_size, device, out):
+    """Score CHECKPOINT (a run, a checkpoint or a Hugging Face folder): lm-eval tasks for
+    language models, top-1 on an image folder for image classifiers."""
+    from core.table import format_table
+    from eval.run import evaluate
+
+    rows, results_file = evaluate(checkpoint, tasks, num_fewshot=num_fewshot, limit=limit,
+                                  batch_size=batch_size, device=device, out=out, data=data)
+    table = [(task, metric, f"{value:.4f}", f"{stderr:.4f}" if stderr is not None else "-")
+             for task, metric, value, stderr in rows]
+    click.echo(format_table(("task", "metric", "value", "stderr"), table))
+    click.echo(f"wrote {results_file}")
+
+
+cli.add_command(tpu_group)
+
+
+def main():
+    from core import runtime
+
+    runtime.configure()  # before anything imports torch_xla (transformers may)
+    cli(prog_name="zoo")

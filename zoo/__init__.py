@@ -1,1 +1,1 @@
-"""zoo: reference models (llama, t5, vit) on the shared core runtime, and the `zoo` CLI."""
+"""zoo: reference models (llama, t5, vit) on the shared core runtime: registry, train, plan."""
