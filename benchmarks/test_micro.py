@@ -69,7 +69,7 @@ def test_tiny_train_step(benchmark):
     ids = torch.randint(0, CONFIG.vocab_size, (BATCH, SEQ)).to(torch_xla.device())
 
     def step():
-        from core.lm import causal_lm_loss
+        from zoo.tasks.causal_lm import causal_lm_loss
 
         causal_lm_loss(model(ids), ids).backward()
         optimizer.step()

@@ -2,7 +2,7 @@
 
     python -m benchmarks.worker '{"entry": {...}, "steps": 10, "peer": null, "profile": null}'
 
-The runner starts one process per entry because the XLA device count is fixed per process.
+The harness starts one process per entry because the XLA device count is fixed per process.
 Steps run on one synthetic batch already on the device, so only the step itself is timed.
 """
 
@@ -15,30 +15,30 @@ import time
 
 from benchmarks.peers import PEERS
 from benchmarks.suite import Entry
-from zoo.train import build_trainer
+from zoo.compose import build_engine
 
 
 def measure(entry: Entry, steps: int, peer: str | None, profile_dir: str | None) -> dict:
     with tempfile.TemporaryDirectory() as scratch:
-        cfg, trainer = build_trainer(
+        cfg, engine = build_engine(
             entry.model,
             [*entry.train_overrides(), f"out={scratch}"],
             build_model=PEERS[peer][entry.model.split("-")[0]] if peer else None,
         )
-        return _time_steps(trainer, steps, profile_dir)
+        return _time_steps(engine, steps, profile_dir)
 
 
-def _time_steps(trainer, steps: int, profile_dir: str | None) -> dict:
+def _time_steps(engine, steps: int, profile_dir: str | None) -> dict:
     import torch_xla
     import torch_xla.core.xla_model as xm
 
     from core.inputs import shard_batch
     from core.runtime import compile_stats
 
-    batch = shard_batch(next(trainer.host_batches(0)), trainer.mesh)
+    batch = shard_batch(engine.data.batch(0), engine.mesh)
     start = time.perf_counter()
     for _ in range(2):  # the step compiles, then again once optimizer state exists
-        trainer.train_step(batch)
+        engine.train_step(batch)
         torch_xla.sync()
     xm.wait_device_ops()
     warmup_s = time.perf_counter() - start
@@ -52,7 +52,7 @@ def _time_steps(trainer, steps: int, profile_dir: str | None) -> dict:
     times = []
     for _ in range(steps):
         start = time.perf_counter()
-        trainer.train_step(batch)
+        engine.train_step(batch)
         torch_xla.sync()
         xm.wait_device_ops()
         times.append(time.perf_counter() - start)
@@ -65,13 +65,13 @@ def _time_steps(trainer, steps: int, profile_dir: str | None) -> dict:
         "compiles_warmup": warm_compiles,
         "compiles_timed": compile_stats()[0] - warm_compiles,
         "peak_memory_bytes": _peak_memory(),
-        "flops_per_step": trainer.flops_per_step(),
-        "items_per_step": trainer.items_per_step(trainer.config),
-        "throughput_unit": trainer.throughput_unit,
-        "parameters": sum(p.numel() for p in trainer.model.parameters()),
-        "devices": trainer.devices,
-        "chips": trainer.topology.chips,
-        "bf16": trainer.bf16,
+        "flops_per_step": engine.flops_per_step(),
+        "items_per_step": engine.items_per_step(),
+        "throughput_unit": engine.unit,
+        "parameters": sum(p.numel() for p in engine.model.parameters()),
+        "devices": engine.devices,
+        "chips": engine.topology.chips,
+        "bf16": engine.bf16,
     }
 
 

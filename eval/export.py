@@ -18,7 +18,7 @@ MAX_SHARD_SIZE = "2GB"
 
 def export(checkpoint: str | Path, out: str | Path) -> Path:
     from core.checkpoint import load_checkpoint
-    from zoo.runs import load_run
+    from zoo.saved_run import load_run
 
     out = Path(out)
     if out.exists():
@@ -33,8 +33,7 @@ def export(checkpoint: str | Path, out: str | Path) -> Path:
     try:
         hf_config = family.hf_config(cfg.model)
         hf_config.architectures = [family.hf_class]
-        if family.write_hf_extras:
-            family.write_hf_extras(cfg, hf_config, tmp)
+        family.task.write_hf_extras(cfg, hf_config, tmp)
         hf_config.save_pretrained(tmp)
         _write_weights(weights, tmp)
     except BaseException:
@@ -61,7 +60,7 @@ def _write_weights(weights: dict, folder: Path) -> None:
 def cached_export(checkpoint: str | Path) -> Path:
     """Export a run's checkpoint once into RUN/hf/step-N and reuse it on later calls."""
     from core.run_folder import RunFolder
-    from zoo.runs import checkpoint_step
+    from zoo.saved_run import checkpoint_step
 
     path = Path(checkpoint)
     out = RunFolder.containing(path).export(checkpoint_step(path))

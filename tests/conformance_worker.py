@@ -28,8 +28,8 @@ from core import config as config_lib  # noqa: E402
 from core.mesh import MeshConfig  # noqa: E402
 from core.remat import RematConfig  # noqa: E402
 from core.sharding import ShardingRules  # noqa: E402
+from zoo.compose import build_engine, load_run_config  # noqa: E402
 from zoo.registry import family  # noqa: E402
-from zoo.train import build_trainer, load_run_config  # noqa: E402
 
 
 def preset_names(fam) -> list[str]:
@@ -47,14 +47,14 @@ def mesh_for(rules: ShardingRules, devices: int) -> MeshConfig:
 def presets_forward_backward(name: str) -> dict:
     fam = family(name)
     _, run = load_run_config(f"{name}-tiny", [])
-    batch = fam.example_batch(run, seed=0)
+    batch = fam.task.example_batch(run, seed=0)
     devices = xr.global_runtime_device_count()
     results = {}
     for preset in preset_names(fam):
         rules = ShardingRules.from_yaml(fam.preset("sharding", preset))
         results[preset] = sharded_loss_and_grads(
             fam.build(run.model, seed=0),
-            lambda model, b: fam.trainer_cls.loss(model, b)[0],
+            lambda model, b: fam.task.loss(model, b)[0],
             batch,
             rules,
             RematConfig(),
@@ -87,11 +87,11 @@ def checkpoint_round_trip(name: str, run_dir: Path) -> dict:
         "data.source=synthetic",
         "log_every=1",
     ]
-    cfg, trainer = build_trainer(f"{name}-tiny", overrides)
+    cfg, trainer = build_engine(f"{name}-tiny", overrides)
     config_lib.write_resolved(cfg, run_dir)
     summary = trainer.fit()
     saved = state_on_host(trainer)
-    _, resumed = build_trainer(f"{name}-tiny", overrides)
+    _, resumed = build_engine(f"{name}-tiny", overrides)
     resumed.step = resumed._resume()
     return {"summary": summary, "saved": saved, "restored": state_on_host(resumed)}
 

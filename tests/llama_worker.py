@@ -15,12 +15,12 @@ import torch_xla.runtime as xr  # noqa: E402
 from xla_harness import sharded_loss_and_grads  # noqa: E402
 
 from core import config  # noqa: E402
-from core.lm import causal_lm_loss  # noqa: E402
 from core.mesh import MeshConfig  # noqa: E402
 from core.remat import RematConfig  # noqa: E402
 from core.sharding import ShardingRules  # noqa: E402
 from zoo.llama.config import LlamaConfig, RopeScaling  # noqa: E402
 from zoo.llama.family import FAMILY  # noqa: E402
+from zoo.tasks.causal_lm import causal_lm_loss  # noqa: E402
 
 SMALL = dict(
     vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4

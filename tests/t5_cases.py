@@ -3,9 +3,9 @@
 import torch
 
 from core.mesh import MeshConfig
-from core.seq2seq import Seq2SeqTrainer, pair_batch
 from zoo.t5.config import T5Config
 from zoo.t5.family import FAMILY  # noqa: F401 (the worker reads it)
+from zoo.tasks.seq2seq import SEQ2SEQ, pair_batch
 
 CONFIG = T5Config(vocab_size=96, d_model=32, d_kv=8, d_ff=64, num_layers=2,
                   num_decoder_layers=3, num_heads=4, relative_attention_num_buckets=8,
@@ -26,4 +26,4 @@ def batch():
 def forward(model, b):
     logits = model(b["input_ids"], b["attention_mask"], b["decoder_input_ids"],
                    b["decoder_attention_mask"])
-    return Seq2SeqTrainer.loss(model, b)[0], logits
+    return SEQ2SEQ.loss(model, b)[0], logits

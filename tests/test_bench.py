@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from benchmarks.runner import compare_ratios, regressions
+from benchmarks.harness import compare_ratios, regressions
 from benchmarks.suite import load_suite
 from core.errors import UserError
 
@@ -90,8 +90,8 @@ def test_unknown_suite_lists_the_suites():
 
 
 def test_default_suite_covers_every_family_with_valid_configs():
+    from zoo.compose import load_run_config
     from zoo.registry import FAMILIES
-    from zoo.train import load_run_config
 
     entries = load_suite("default")
     assert {e.model.split("-")[0] for e in entries} == set(FAMILIES)

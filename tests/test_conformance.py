@@ -26,8 +26,8 @@ from core import config as config_lib
 from core.mesh import resolve_axis_sizes
 from core.remat import RematConfig, apply_remat
 from core.sharding import ShardingError, ShardingRules, match_activations, plan_params
+from zoo.compose import load_run_config
 from zoo.registry import FAMILIES, family
-from zoo.train import load_run_config
 
 HERE = Path(__file__).resolve().parent
 SIZES = [(name, size) for name in FAMILIES for size in family(name).sizes]
@@ -137,7 +137,7 @@ def test_checkpoint_restores_exactly(worker_runs, name):
 def loss_on_example(name: str, forward) -> torch.Tensor:
     fam = family(name)
     _, run = load_run_config(f"{name}-tiny", [])
-    return forward(fam.example_batch(run, seed=0))
+    return forward(fam.task.example_batch(run, seed=0))
 
 
 @pytest.mark.parametrize("name", [n for n in FAMILIES if family(n).hf_class])
@@ -157,7 +157,7 @@ def test_export_loads_in_transformers_with_the_same_loss(worker_runs, name, tmp_
         return theirs(**{k: v for k, v in batch.items() if k in accepted}).loss
 
     with torch.no_grad():
-        expected = loss_on_example(name, lambda b: fam.trainer_cls.loss(ours, b)[0])
+        expected = loss_on_example(name, lambda b: fam.task.loss(ours, b)[0])
         torch.testing.assert_close(loss_on_example(name, hf_loss), expected, rtol=1e-4, atol=1e-5)
 
 
@@ -170,8 +170,8 @@ def test_analytic_flops_match_flop_counter(name):
     fam = family(name)
     _, run = load_run_config(f"{name}-tiny", [])
     model = fam.build(run.model, seed=0)
-    batch = fam.example_batch(run, seed=0)
+    batch = fam.task.example_batch(run, seed=0)
     with FlopCounterMode(display=False) as counter, torch.no_grad():
-        fam.trainer_cls.loss(model, batch)
-    analytic = fam.forward_flops(run, causal=False) * fam.trainer_cls.items_per_step(run)
+        fam.task.loss(model, batch)
+    analytic = fam.forward_flops(run, causal=False) * fam.task.items_per_step(run)
     assert analytic == pytest.approx(counter.get_total_flops(), rel=0.02)

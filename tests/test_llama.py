@@ -9,10 +9,10 @@ import transformers
 from llama_worker import MESHES, PARITY_CONFIGS, PRESET_CONFIG, REMATS, batch, remat_preset
 from xla_harness import assert_same_loss_and_grads, run_workers
 
-from core.lm import causal_lm_loss
 from core.remat import apply_remat
 from zoo.llama.family import FAMILY
 from zoo.llama.hf import load_hf
+from zoo.tasks.causal_lm import causal_lm_loss
 
 HERE = Path(__file__).resolve().parent
 # fp32 throughout. Eager CPU runs the same kernels as transformers: only summation order

@@ -42,15 +42,25 @@ def test_a_forgotten_sharding_rule_fails_with_what_to_add(tmp_path):
     assert "no sharding rule covers param 'lm_head.weight': add a pattern" in result.stdout
 
 
-def test_in_repo_scaffold_adds_one_registry_line(tmp_path, monkeypatch):
-    registry = tmp_path / "registry.py"
-    registry.write_text('FAMILIES = {\n    "llama": "zoo.llama.family",\n}\n\nrest = 1\n')
-    monkeypatch.setattr(scaffold, "REGISTRY", registry)
-    scaffold.register("demo_net")
-    assert registry.read_text() == (
-        'FAMILIES = {\n    "llama": "zoo.llama.family",\n    "demo_net": "zoo.demo_net.family",\n'
-        "}\n\nrest = 1\n"
-    )
+def test_families_in_the_zoo_folder_are_found_without_a_registry_line():
+    from zoo.registry import _in_tree_families
+
+    found = _in_tree_families()
+    assert {"llama", "t5", "vit"} <= set(found) and found["t5"] == "zoo.t5.family"
+    assert "_template" not in found and "tasks" not in found
+
+
+def test_an_installed_package_registers_its_family_by_entry_point(tmp_path):
+    scaffold.scaffold("demo_net", tmp_path)
+    info = tmp_path / "demo_net_pkg-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: demo-net-pkg\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[zoo.families]\ndemo_net = demo_net.family\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "ZOO_FAMILIES": ""}
+    code = "from zoo.registry import resolve; print(resolve('demo_net-tiny')[0].name)"
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                            text=True, timeout=300)
+    assert result.stdout.strip() == "demo_net", result.stderr[-2000:]
 
 
 @pytest.mark.parametrize("name", ["Demo", "demo-net", "llama", "9lives"])

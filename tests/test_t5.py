@@ -12,9 +12,9 @@ from family_presets import FamilyPresetTests
 from t5_cases import CONFIG, batch, forward
 from test_train import kill_after_first_checkpoint_then_rerun, losses, trained_run, zoo
 
-from core.seq2seq import PairBatches, Seq2SeqTrainConfig, encode
 from zoo.t5.family import FAMILY
 from zoo.t5.hf import EMBEDDING_ALIASES, load_hf
+from zoo.tasks.seq2seq import PairBatches, Seq2SeqTrainConfig, encode
 
 # fp32; eager CPU runs the same kernels as transformers.
 EAGER_TOL = {"rtol": 1e-5, "atol": 1e-5}

@@ -12,7 +12,7 @@ from family_presets import FamilyPresetTests
 from test_train import kill_after_first_checkpoint_then_rerun, losses, trained_run, zoo
 from vit_cases import CONFIG, batch
 
-from core.vision import ImageBatches, ImageDataConfig, load_splits
+from zoo.tasks.images import ImageBatches, ImageDataConfig, load_splits
 from zoo.vit.family import FAMILY, forward_flops
 from zoo.vit.hf import load_hf
 
@@ -75,7 +75,7 @@ def test_transformers_4_checkpoints_load(tmp_path):
 
 def test_flops_count_patch_embedding_layers_and_classifier():
     """ViT-B/16 at 224 px: ~17.6 GFLOPs forward per image (the commonly quoted figure)."""
-    from zoo.train import load_run_config
+    from zoo.compose import load_run_config
 
     _, run = load_run_config("vit-b16", ["data.source=synthetic"])
     assert forward_flops(run) == pytest.approx(2 * 17.56e9, rel=0.02)  # 2 FLOPs per MAC

@@ -134,7 +134,7 @@ def train(model, overrides, tpu, steps, out, init_from, config_files, prompt, no
         launch_training(gcloud, Node.resolve(node, zone, project), model, tpu,
                         [*flags, *(f"--config={f}" for f in config_files), *overrides])
         return
-    from zoo.train import train as run_training
+    from zoo.compose import train as run_training
 
     flags = {"tpu": tpu, "steps": steps, "out": out or f"runs/{model}", "init_from": init_from}
     overrides = [f"{k}={v}" for k, v in flags.items() if v is not None] + list(overrides)
@@ -149,10 +149,9 @@ def train(model, overrides, tpu, steps, out, init_from, config_files, prompt, no
         f"{summary['unit']}/s, "
         f"MFU {summary['mfu']:.1%}, {summary['compiles']} compiles; run folder {cfg.out}"
     )
-    from core.lm import LMTrainer
     from zoo.registry import resolve
 
-    if issubclass(resolve(model)[0].trainer_cls, LMTrainer) and cfg.data.source != "synthetic":
+    if resolve(model)[0].task.generates_text and cfg.data.source != "synthetic":
         from zoo.generate import generate, load_for_generation
 
         model_, tokenizer = load_for_generation(cfg.out)
@@ -186,7 +185,7 @@ def generate_command(run_or_checkpoint, prompt, max_new_tokens, temperature, top
 def new_model(name, parent):
     """Start a model family NAME from the template: a folder that trains as is.
 
-    In zoo/ it is registered with one line in zoo/registry.py. Then see CONTRIBUTING.md.
+    A folder in zoo/ is found as it is (no registry edit). Then see CONTRIBUTING.md.
     """
     from pathlib import Path
 
@@ -197,10 +196,8 @@ def new_model(name, parent):
     if parent:
         click.echo(
             f"register it: export ZOO_FAMILIES={name}={name}.family "
-            f"PYTHONPATH={Path(parent).resolve()}"
+            f"PYTHONPATH={Path(parent).resolve()} (or a `zoo.families` entry point)"
         )
-    else:
-        click.echo(f'registered: "{name}": "zoo.{name}.family" in zoo/registry.py')
     click.echo(f"next: zoo train {name}-tiny --tpu cpu-4 --steps 50; "
                f"pytest tests/test_conformance.py -k {name}")
 
@@ -235,7 +232,7 @@ def bench(mfu, suite, models, tpu, steps, out, compare, baseline, tolerance, pro
     import dataclasses
     from pathlib import Path
 
-    from benchmarks import report, runner
+    from benchmarks import harness, report
     from benchmarks.suite import load_suite
 
     entries = load_suite(suite)
@@ -248,8 +245,8 @@ def bench(mfu, suite, models, tpu, steps, out, compare, baseline, tolerance, pro
         entries = [dataclasses.replace(e, tpu=tpu) for e in entries]
     if baseline:
         mfu = True  # the gate compares MFU
-    results = runner.run_suite(entries, steps, compare, mfu, profile_dir)
-    ratios = runner.compare_ratios(results["records"])
+    results = harness.run_suite(entries, steps, compare, mfu, profile_dir)
+    ratios = harness.compare_ratios(results["records"])
     click.echo(report.table(results["records"]))
     click.echo(report.footnote(results))
     for name, peer, ratio in ratios:
@@ -257,7 +254,7 @@ def bench(mfu, suite, models, tpu, steps, out, compare, baseline, tolerance, pro
     report.write(results, ratios, Path(out))
     click.echo(f"wrote {out}/results.json, results.md, results.png")
     if baseline:
-        failed = runner.regressions(
+        failed = harness.regressions(
             results["records"], json.loads(Path(baseline).read_text()), tolerance
         )
         if failed:
@@ -322,7 +319,7 @@ def eval_command(checkpoint, tasks, data, num_fewshot, limit, batch_size, device
     """Score CHECKPOINT (a run, a checkpoint or a Hugging Face folder): lm-eval tasks for
     language models, top-1 on an image folder for image classifiers."""
     from core.table import format_table
-    from eval.run import evaluate
+    from eval.evaluate import evaluate
 
     rows, results_file = evaluate(checkpoint, tasks, num_fewshot=num_fewshot, limit=limit,
                                   batch_size=batch_size, device=device, out=out, data=data)

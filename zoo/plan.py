@@ -12,7 +12,7 @@ from core.flops import train_flops
 from core.mesh import resolve_axis_sizes
 from core.remat import RematConfig
 from core.sharding import ShardingRules, plan_params
-from zoo.train import load_run_config
+from zoo.compose import load_run_config
 
 OPTIMIZER_STATES = {"adamw": 2, "sgd": 1}  # fp32 tensors per parameter
 FIT_ADVICE = ("to fit: a larger slice (more fsdp shards), remat=checkpoint, a smaller "
@@ -88,7 +88,7 @@ def make_plan(model_name: str, slice_type: str, overrides: list[str], target_mfu
         f"optimizer state ({cfg.optim.name})": states * param_bytes,
         **activations,
     }
-    items = family.trainer_cls.items_per_step(cfg)
+    items = family.task.items_per_step(cfg)
     flops = train_flops(family.forward_flops(cfg)) * items
     peak = topo.peak_bf16_flops or 0
     return Plan(

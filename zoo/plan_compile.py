@@ -14,9 +14,9 @@ from core import config as config_lib
 from core import runtime, topology
 from core.errors import UserError
 from core.tpu_compile import CompiledStep, OutOfMemory
+from zoo.compose import load_run_config
 from zoo.plan import FIT_ADVICE, Plan, describe, make_plan
 from zoo.registry import resolve
-from zoo.train import load_run_config
 
 
 def use_virtual_devices(topo: topology.Topology) -> None:
@@ -53,6 +53,7 @@ def _trace(family, cfg, topo) -> tuple:
     import torch
     import torch_xla.runtime as xr
 
+    from core.engine import Engine
     from core.inputs import batch_spec
     from core.mesh import axis_sizes, build_mesh
     from core.optim import build_optimizer, build_schedule
@@ -84,12 +85,12 @@ def _trace(family, cfg, topo) -> tuple:
     optimizer = build_optimizer(cfg.optim, model.parameters())
     scheduler = build_schedule(cfg.schedule, optimizer, cfg.steps)
     placeholder_optimizer_state(optimizer, holders)
-    trainer = family.trainer_cls.for_tracing(cfg, model, plan, mesh, optimizer, scheduler)
-    batch = placeholder_batch(family.example_batch(cfg), batch_spec, holders)
+    engine = Engine.for_tracing(cfg, model, family.task, plan, mesh, optimizer, scheduler)
+    batch = placeholder_batch(family.task.example_batch(cfg), batch_spec, holders)
     updated = state_tensors(model, optimizer)
     sources = tensor_ids(updated)
     with follow_hoisted_placeholders(holders):
-        metrics = trainer.train_step(batch)
+        metrics = engine.train_step(batch)
     outputs = [v for v in metrics.values() if isinstance(v, torch.Tensor)]
     cache: dict = {}
 
@@ -119,7 +120,7 @@ def executed_flops_per_step(family, cfg, remat, flash: bool) -> float:
         return _meta_train_step_flops(family, cfg, remat)
     forward = family.forward_flops(cfg, causal=False)
     attention = 2 * (forward - family.forward_flops(cfg, causal=True))  # dense, per item
-    items = family.trainer_cls.items_per_step(cfg)
+    items = family.task.items_per_step(cfg)
     return _meta_train_step_flops(family, cfg, remat) + 1.5 * attention * items
 
 
@@ -144,13 +145,13 @@ def _meta_train_step_flops(family, cfg, remat) -> float:
     with torch.device("meta"):
         model = family.build(dataclasses.replace(cfg.model, **plain), init=False)
     apply_remat(model, remat)
-    batch = {k: v.to("meta") for k, v in family.example_batch(cfg).items()}
+    batch = {k: v.to("meta") for k, v in family.task.example_batch(cfg).items()}
     counter = FlopCounterMode(display=False)
     original_scan, original_forward = scan_module.scan_layers, LayerStack.forward
     scan_module.scan_layers, LayerStack.forward = python_scan, forward
     try:
         with counter:
-            loss, _ = family.trainer_cls.loss(model, batch)
+            loss, _ = family.task.loss(model, batch)
             loss.backward()
     finally:
         scan_module.scan_layers, LayerStack.forward = original_scan, original_forward

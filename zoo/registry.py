@@ -1,24 +1,40 @@
-"""The model zoo: one line per family. A family module exposes `FAMILY` (a ModelFamily);
-models are named `<family>-<size>`, e.g. llama-1b.
+"""The model zoo. A family module exposes `FAMILY` (a ModelFamily); models are named
+`<family>-<size>`, e.g. llama-1b. Families are found, not listed:
 
-Families outside this repo register through the environment, without editing this file:
-ZOO_FAMILIES="mynet=my_pkg.mynet.family,other=..." (modules importable from PYTHONPATH)."""
+- every zoo/<name>/family.py in this repository (what `zoo new-model NAME` creates);
+- installed packages that declare a `zoo.families` entry point, e.g. in pyproject.toml
+  `[project.entry-points."zoo.families"] mynet = "my_pkg.mynet.family"`;
+- ZOO_FAMILIES="mynet=my_pkg.mynet.family,other=..." (modules importable from PYTHONPATH),
+  a shortcut for a family that is not installed.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.metadata
 import os
 from collections.abc import Callable
 from pathlib import Path
 
 from core.errors import UserError
+from core.task import Task
 
-FAMILIES = {
-    "llama": "zoo.llama.family",
-    "t5": "zoo.t5.family",
-    "vit": "zoo.vit.family",
-}
+ENTRY_POINT_GROUP = "zoo.families"
+
+
+def _in_tree_families() -> dict[str, str]:
+    zoo_dir = Path(__file__).resolve().parent
+    return {
+        path.parent.name: f"zoo.{path.parent.name}.family"
+        for path in sorted(zoo_dir.glob("*/family.py"))
+        if not path.parent.name.startswith("_")
+    }
+
+
+def _installed_families() -> dict[str, str]:
+    points = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+    return {point.name: point.value for point in points}
 
 
 def _external_families(spec: str) -> dict[str, str]:
@@ -28,7 +44,11 @@ def _external_families(spec: str) -> dict[str, str]:
     return {name.strip(): module.strip() for name, _, module in pairs}
 
 
-FAMILIES.update(_external_families(os.environ.get("ZOO_FAMILIES", "")))
+FAMILIES = {
+    **_in_tree_families(),
+    **_installed_families(),
+    **_external_families(os.environ.get("ZOO_FAMILIES", "")),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,29 +60,18 @@ class ModelFamily:
     config_cls: type  # dataclass of architecture hyper-parameters
     sizes: dict  # size name -> config instance; "tiny" is the one the tests train
     build: Callable  # (config, init=True, seed=0) -> nn.Module (weights initialised)
-    train_config_cls: type  # dataclass schema of everything else in a training run
-    trainer_cls: type  # core.trainer.Trainer subclass
+    task: Task  # what its models are trained for (zoo/tasks): data, loss, export extras, eval
     presets_dir: Path  # holds sharding/*.yaml and remat/*.yaml
-    # The callables below take a run config (train_config_cls + `model`: the architecture).
-    # (run, causal=True) -> forward matmul FLOPs per item, where an item is the trainer's
+    # The callables below take a run config (task.config_cls + `model`: the architecture).
+    # (run, causal=True) -> forward matmul FLOPs per item, where an item is the task's
     # throughput unit (a token for LMs, an example for a classifier)
     forward_flops: Callable
     # (run, batch_per_device, tensor, remat, bytes_per_value, on_tpu) -> {term: bytes/device}
     activation_bytes: Callable
-    # (run, seed=0) -> a host batch of run.global_batch_size examples in the trainer's format
-    example_batch: Callable
     hf_class: str | None = None  # transformers class an export loads as
     hf_config: Callable | None = None  # model config -> transformers PretrainedConfig
     config_from_hf: Callable | None = None  # hf_dir -> model config
     load_hf: Callable | None = None  # (model, hf_dir) -> None: load HF weights into the model
-    # (run config, hf config, folder) -> None: tokenizer / image processor / generation files
-    write_hf_extras: Callable | None = None
-    # How `zoo eval` scores an exported folder: lm-eval's hf backend with this
-    # AutoModel kind ("causal" or "seq2seq"), or the family's own `evaluate`.
-    lm_eval_backend: str | None = None
-    # (checkpoint path, HF folder, options: dict) -> (rows of (task, metric, value, stderr),
-    # JSON-able record)
-    evaluate: Callable | None = None
 
     def preset(self, kind: str, name: str) -> Path:
         path = self.presets_dir / kind / f"{name}.yaml"

@@ -1,5 +1,6 @@
-"""`zoo new-model NAME`: a new family folder from the template (zoo/_template), registered
-with one line, that trains and passes the conformance suite before you change anything."""
+"""`zoo new-model NAME`: a new family folder from the template (zoo/_template) that trains
+and passes the conformance suite before you change anything. A folder in zoo/ is found by
+the registry as it is; one elsewhere is registered with ZOO_FAMILIES or an entry point."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from core.errors import UserError
 from zoo.registry import FAMILIES
 
 TEMPLATE = Path(__file__).resolve().parent / "_template"
-REGISTRY = Path(__file__).resolve().parent / "registry.py"
+ZOO_DIR = Path(__file__).resolve().parent
 
 
 def camel(name: str) -> str:
@@ -19,7 +20,7 @@ def camel(name: str) -> str:
 
 
 def scaffold(name: str, parent: Path | None = None) -> Path:
-    """Copy the template to PARENT/NAME (default: zoo/NAME, registered in zoo/registry.py)."""
+    """Copy the template to PARENT/NAME (default: zoo/NAME)."""
     if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
         raise UserError(
             f"model family name '{name}' must be lowercase letters, digits and underscores "
@@ -27,8 +28,7 @@ def scaffold(name: str, parent: Path | None = None) -> Path:
         )
     if name in FAMILIES:
         raise UserError(f"a family called '{name}' is already registered; choose another name")
-    in_repo = parent is None
-    target = (parent or REGISTRY.parent) / name
+    target = (parent or ZOO_DIR) / name
     if target.exists():
         raise UserError(f"{target} already exists; remove it or choose another name")
     shutil.copytree(TEMPLATE, target, ignore=shutil.ignore_patterns("__pycache__"))
@@ -37,14 +37,4 @@ def scaffold(name: str, parent: Path | None = None) -> Path:
             text = path.read_text().replace("MyModel", camel(name))
             path.write_text(text.replace("mymodel", name))
     (target / "__init__.py").write_text(f'"""The {name} model family (from the zoo template)."""\n')
-    if in_repo:
-        register(name)
     return target
-
-
-def register(name: str) -> None:
-    """Add `"NAME": "zoo.NAME.family",` as the last entry of FAMILIES."""
-    text = REGISTRY.read_text()
-    head, sep, tail = text.partition("FAMILIES = {\n")
-    body, close, rest = tail.partition("}\n")
-    REGISTRY.write_text(f'{head}{sep}{body}    "{name}": "zoo.{name}.family",\n{close}{rest}')

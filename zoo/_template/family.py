@@ -3,9 +3,9 @@
 from pathlib import Path
 
 from core.flops import decoder_lm_forward_flops_per_token
-from core.lm import LMTrainConfig, LMTrainer, lm_example_batch
 from core.memory import decoder_stack_activation_bytes
 from zoo.registry import ModelFamily
+from zoo.tasks.causal_lm import CAUSAL_LM
 
 from .config import SIZES, MyModelConfig
 from .model import MyModelForCausalLM
@@ -56,12 +56,10 @@ FAMILY = ModelFamily(
     config_cls=MyModelConfig,
     sizes=SIZES,
     build=build,
-    train_config_cls=LMTrainConfig,
-    trainer_cls=LMTrainer,
+    task=CAUSAL_LM,
     presets_dir=Path(__file__).parent,
     forward_flops=forward_flops,
     activation_bytes=activation_bytes,
-    example_batch=lm_example_batch,
     # Hugging Face interop is optional: set hf_class, hf_config, config_from_hf, load_hf
     # (see zoo/llama/family.py) and the conformance suite checks the export round trip.
 )

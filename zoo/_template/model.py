@@ -52,7 +52,7 @@ class MyModelBlock(nn.Module):
 
 
 class MyModelForCausalLM(nn.Module):
-    """`forward(input_ids) -> logits`, the interface core.lm.LMTrainer trains."""
+    """`forward(input_ids) -> logits`, the interface zoo.tasks.causal_lm trains."""
 
     def __init__(self, config: MyModelConfig):
         super().__init__()

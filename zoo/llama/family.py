@@ -3,12 +3,12 @@
 from pathlib import Path
 
 from core.flops import decoder_lm_forward_flops_per_token
-from core.lm import LMTrainConfig, LMTrainer, lm_example_batch, write_tokenizer_files
 from core.memory import decoder_stack_activation_bytes
 from zoo.llama.config import SIZES, LlamaConfig
 from zoo.llama.hf import config_from_hf, load_hf
 from zoo.llama.model import LlamaForCausalLM
 from zoo.registry import ModelFamily
+from zoo.tasks.causal_lm import CAUSAL_LM
 
 
 def build(config: LlamaConfig, init: bool = True, seed: int = 0) -> LlamaForCausalLM:
@@ -63,16 +63,12 @@ FAMILY = ModelFamily(
     config_cls=LlamaConfig,
     sizes=SIZES,
     build=build,
-    train_config_cls=LMTrainConfig,
-    trainer_cls=LMTrainer,
+    task=CAUSAL_LM,
     presets_dir=Path(__file__).parent,
     forward_flops=forward_flops,
     activation_bytes=activation_bytes,
-    example_batch=lm_example_batch,
     hf_class="LlamaForCausalLM",
     hf_config=LlamaConfig.to_hf,
     config_from_hf=config_from_hf,
     load_hf=load_hf,
-    write_hf_extras=write_tokenizer_files,
-    lm_eval_backend="causal",
 )

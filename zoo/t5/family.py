@@ -3,11 +3,11 @@
 from pathlib import Path
 
 from core.memory import decoder_layer_activation_bytes
-from core.seq2seq import Seq2SeqTrainConfig, Seq2SeqTrainer, pair_batch
 from zoo.registry import ModelFamily
 from zoo.t5.config import SIZES, T5Config
 from zoo.t5.hf import config_from_hf, load_hf
 from zoo.t5.model import T5ForConditionalGeneration
+from zoo.tasks.seq2seq import SEQ2SEQ
 
 
 def build(config: T5Config, init: bool = True, seed: int = 0) -> T5ForConditionalGeneration:
@@ -57,49 +57,17 @@ def activation_bytes(run, batch_per_device, tensor, remat, bytes_per_value, on_t
     return {"activations": stack, "logits": logits}
 
 
-def example_batch(run, seed: int = 0) -> dict:
-    """Random pairs with padding, the format the seq2seq trainer feeds the model."""
-    import torch
-
-    generator = torch.Generator().manual_seed(seed)
-    pad, batch = run.model.pad_token_id, run.global_batch_size
-    inputs = torch.randint(3, run.model.vocab_size, (batch, run.source_len), generator=generator)
-    targets = torch.randint(3, run.model.vocab_size, (batch, run.target_len), generator=generator)
-    inputs[0, run.source_len // 2 :] = pad
-    targets[0, run.target_len // 2 :] = pad
-    return pair_batch(inputs, targets, pad)
-
-
-def write_tokenizer_and_generation(run, hf_config, folder) -> None:
-    """Tokenizer files, and a generation config that starts decoding from pad, as T5 does."""
-    from transformers import GenerationConfig
-
-    from core.data import load_tokenizer
-
-    if run.data.source == "synthetic":
-        return
-    tokenizer = load_tokenizer(run.data.tokenizer)
-    tokenizer.save_pretrained(folder)
-    GenerationConfig(decoder_start_token_id=tokenizer.pad_token_id,
-                     eos_token_id=tokenizer.eos_token_id,
-                     pad_token_id=tokenizer.pad_token_id).save_pretrained(folder)
-
-
 FAMILY = ModelFamily(
     name="t5",
     config_cls=T5Config,
     sizes=SIZES,
     build=build,
-    train_config_cls=Seq2SeqTrainConfig,
-    trainer_cls=Seq2SeqTrainer,
+    task=SEQ2SEQ,
     presets_dir=Path(__file__).parent,
     forward_flops=forward_flops,
     activation_bytes=activation_bytes,
-    example_batch=example_batch,
     hf_class="T5ForConditionalGeneration",
     hf_config=T5Config.to_hf,
     config_from_hf=config_from_hf,
     load_hf=load_hf,
-    write_hf_extras=write_tokenizer_and_generation,
-    lm_eval_backend="seq2seq",
 )

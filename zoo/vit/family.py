@@ -2,13 +2,10 @@
 
 from pathlib import Path
 
-import torch
-
 from core.memory import decoder_stack_activation_bytes
-from core.vision import ImageClassificationTrainer, ImageTrainConfig
 from zoo.registry import ModelFamily
+from zoo.tasks.image_classification import IMAGE_CLASSIFICATION
 from zoo.vit.config import SIZES, ViTConfig
-from zoo.vit.evaluate import evaluate
 from zoo.vit.hf import config_from_hf, load_hf
 from zoo.vit.model import ViTForImageClassification
 
@@ -50,42 +47,17 @@ def activation_bytes(run, batch_per_device, tensor, remat, bytes_per_value, on_t
     )
 
 
-def example_batch(run, seed: int = 0) -> dict:
-    """Random normalised pixels and labels, the format the image trainer feeds the model."""
-    generator = torch.Generator().manual_seed(seed)
-    c = run.model
-    shape = (run.global_batch_size, c.num_channels, c.image_size, c.image_size)
-    labels = torch.randint(0, c.num_labels, (run.global_batch_size,), generator=generator)
-    return {"pixel_values": torch.randn(shape, generator=generator), "labels": labels}
-
-
-def write_image_processor(run, hf_config, folder) -> None:
-    """preprocessor_config.json with the resize and normalisation used in training."""
-    from transformers import ViTImageProcessor
-
-    from core.vision import MEAN, STD
-
-    size = run.model.image_size
-    ViTImageProcessor(
-        size={"height": size, "width": size}, image_mean=[MEAN] * 3, image_std=[STD] * 3
-    ).save_pretrained(folder)
-
-
 FAMILY = ModelFamily(
     name="vit",
     config_cls=ViTConfig,
     sizes=SIZES,
     build=build,
-    train_config_cls=ImageTrainConfig,
-    trainer_cls=ImageClassificationTrainer,
+    task=IMAGE_CLASSIFICATION,
     presets_dir=Path(__file__).parent,
     forward_flops=forward_flops,
     activation_bytes=activation_bytes,
-    example_batch=example_batch,
     hf_class="ViTForImageClassification",
     hf_config=ViTConfig.to_hf,
     config_from_hf=config_from_hf,
     load_hf=load_hf,
-    write_hf_extras=write_image_processor,
-    evaluate=evaluate,
 )

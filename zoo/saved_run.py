@@ -24,7 +24,7 @@ def checkpoint_step(path: Path) -> int:
 
 def load_run(path: str | Path):
     """(family, resolved run config, run folder) for a run or checkpoint folder."""
-    from zoo.train import load_run_config
+    from zoo.compose import load_run_config
 
     run = RunFolder.containing(path)
     saved = yaml.safe_load(run.config.read_text())

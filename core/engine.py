@@ -1,17 +1,6 @@
-"""The generic SPMD training loop. Knows no model: subclasses say how a batch becomes a loss.
-
-Override points:
-  prepare(config) -> kwargs         (classmethod) before the model is built: load a tokenizer,
-                                    fix config values; the kwargs reach __init__
-  loss(model, batch) -> (loss, aux) (staticmethod) the model call and loss (aux: dict of
-                                    scalar tensors); the conformance tests call it directly
-  forward(batch) -> (loss, aux)     loss(self.model, batch) unless overridden
-  train_step(batch) -> metrics      grad accumulation, clipping, optimizer and schedule step
-  host_batches(start) -> iterator   this host's batches from global batch number `start`
-  items_per_step(config)            (staticmethod) throughput items per step, in
-                                    `throughput_unit`s; MFU = 3 x forward FLOPs per item x items
-  after_step(step) -> dict | None   after each step ran (e.g. a validation pass); a returned
-                                    dict is logged as its own metrics record for that step
+"""The one SPMD training loop: a model, a task (core/task.py: data, loss, items), sharding
+rules and a remat policy, composed. No subclass per task; every task-specific step is a call
+on the task object, documented there.
 
 The step is traced once and replayed: no `.item()`, no host transfers inside it; metrics are
 read in a step closure after the graph ran.
@@ -38,6 +27,7 @@ from core.optim import OptimConfig, ScheduleConfig, build_optimizer, build_sched
 from core.remat import RematConfig, apply_remat
 from core.run_folder import RunFolder
 from core.sharding import ShardingRules, shard_model
+from core.task import Task
 
 WARMUP_STEPS = 2  # step 1 compiles the step, step 2 again once optimizer state exists
 TIMING_WINDOW = 10  # steps averaged into the reported step time
@@ -81,13 +71,12 @@ class TrainConfig:
             )
 
 
-class Trainer:
-    throughput_unit = "tokens"  # metrics get `<unit>_per_s`
-
+class Engine:
     def __init__(
         self,
         config: TrainConfig,
         model: torch.nn.Module,
+        task: Task,
         rules: ShardingRules,
         remat: RematConfig,
         *,
@@ -96,7 +85,7 @@ class Trainer:
         import torch_xla
         import torch_xla.runtime as xr
 
-        self.config = config
+        self.config, self.task = config, task
         self.run_dir = Path(config.out)
         self.topology = topology.parse(config.tpu)
         self.mesh = build_mesh(config.mesh)
@@ -111,52 +100,40 @@ class Trainer:
                                          keep=config.keep_checkpoints,
                                          consolidate=config.consolidate_checkpoints)
         self.forward_flops_per_item = forward_flops_per_item
+        self.data = task.data(config, xr.process_index(), xr.process_count())
         self.step = 0
         self.side_compiles = 0
         self._stop_requested = False
 
     @classmethod
-    def for_tracing(cls, config: TrainConfig, model, plan, mesh, optimizer, scheduler) -> Trainer:
-        """A trainer without data or checkpoints around a ready (sharded) model and
+    def for_tracing(cls, config: TrainConfig, model, task: Task, plan, mesh, optimizer,
+                    scheduler) -> Engine:
+        """An engine without data or checkpoints around a ready (sharded) model and
         optimizer: enough to trace `train_step` ahead of time (`zoo plan --compile`)."""
-        trainer = cls.__new__(cls)
-        trainer.config, trainer.model, trainer.plan, trainer.mesh = config, model, plan, mesh
-        trainer.optimizer, trainer.scheduler = optimizer, scheduler
-        trainer.topology = topology.parse(config.tpu)
-        trainer.bf16 = config.runs_in_bf16(trainer.topology)
-        return trainer
+        engine = cls.__new__(cls)
+        engine.config, engine.model, engine.plan, engine.mesh = config, model, plan, mesh
+        engine.task = task
+        engine.optimizer, engine.scheduler = optimizer, scheduler
+        engine.topology = topology.parse(config.tpu)
+        engine.bf16 = config.runs_in_bf16(engine.topology)
+        return engine
 
-    # ---- override points -------------------------------------------------------------
-    @classmethod
-    def prepare(cls, config: TrainConfig) -> dict:
-        return {}
+    @property
+    def unit(self) -> str:
+        return self.task.unit
 
-    @staticmethod
-    def loss(model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, dict]:
-        raise NotImplementedError
-
-    def forward(self, batch: dict) -> tuple[torch.Tensor, dict]:
-        return self.loss(self.model, batch)
-
-    def host_batches(self, start: int):
-        raise NotImplementedError
-
-    @staticmethod
-    def items_per_step(config: TrainConfig) -> int:
-        raise NotImplementedError
-
-    def after_step(self, step: int) -> dict | None:
-        return None
+    def items_per_step(self) -> int:
+        return self.task.items_per_step(self.config)
 
     def flops_per_step(self) -> float:
-        return train_flops(self.forward_flops_per_item) * self.items_per_step(self.config)
+        return train_flops(self.forward_flops_per_item) * self.items_per_step()
 
     def train_step(self, batch: dict) -> dict:
         accum = self.config.grad_accum
         total, aux_sum = 0.0, {}
         for micro in _micro_batches(batch, accum):
-            with self._autocast():
-                loss, aux = self.forward(micro)
+            with self.autocast():
+                loss, aux = self.task.loss(self.model, micro)
             (loss / accum).backward()
             total = total + loss.detach() / accum
             for key, value in aux.items():
@@ -189,15 +166,14 @@ class Trainer:
             start,
             self.config.wandb,
             dataclasses.asdict(self.config),
-            unit=self.throughput_unit,
+            unit=self.unit,
         )
         logger.note(
             f"mesh {axis_sizes(self.mesh)} on {self.devices} devices; "
             f"{'bf16' if self.bf16 else 'fp32'}; MFU against {peak_note}"
         )
         self._tracker = _StepTracker(self, logger, peak)
-        first = next(iter(self.host_batches(start)))
-        loader = device_loader(self.host_batches(start), self.mesh, first)
+        loader = device_loader(self.host_batches(start), self.mesh, self.data.batch(start))
         previous = signal.signal(signal.SIGTERM, self._request_stop)
         try:
             for step, batch in zip(range(start, self.config.steps), loader):
@@ -207,7 +183,7 @@ class Trainer:
                 torch_xla.sync()
                 self.step = step + 1
                 before = _compile_count()
-                extra = self.after_step(self.step)
+                extra = self.task.after_step(self, self.step)
                 self.side_compiles += _compile_count() - before
                 if extra:
                     logger.record({"step": self.step, **extra})
@@ -224,6 +200,13 @@ class Trainer:
             signal.signal(signal.SIGTERM, previous)
             logger.close()
         return self._tracker.summary()
+
+    def host_batches(self, start: int):
+        """This host's batches from global batch `start` on (resume: start = step)."""
+        index = start
+        while True:
+            yield self.data.batch(index)
+            index += 1
 
     def _request_stop(self, signum, frame):
         self._stop_requested = True
@@ -244,7 +227,8 @@ class Trainer:
         )
         self.side_compiles += _compile_count() - before
 
-    def _autocast(self):
+    def autocast(self):
+        """bf16 autocast when the run is bf16 (the step and any evaluation pass)."""
         if not self.bf16:
             return contextlib.nullcontext()
         return torch.autocast("xla", dtype=torch.bfloat16)
@@ -275,19 +259,19 @@ def _micro_batches(batch: dict, accum: int):
 class _StepTracker:
     """Turns materialised step values into metrics; spots recompilation after warm-up."""
 
-    def __init__(self, trainer: Trainer, logger: MetricsLogger, peak_flops: float):
-        self.trainer, self.logger, self.peak = trainer, logger, peak_flops
-        self.start_step = trainer.step
+    def __init__(self, engine: Engine, logger: MetricsLogger, peak_flops: float):
+        self.engine, self.logger, self.peak = engine, logger, peak_flops
+        self.start_step = engine.step
         self.times = collections.deque([time.perf_counter()], maxlen=TIMING_WINDOW + 1)
         self.signature = None
-        self.compiles = _compile_count() - trainer.side_compiles
+        self.compiles = _compile_count() - engine.side_compiles
         self.history: list[dict] = []
 
     def done(self, step: int, values: dict, lr: float, batch: dict) -> None:
         # Closures can run in bursts (async execution), so time a window of recent steps.
         self.times.append(time.perf_counter())
         step_time = (self.times[-1] - self.times[0]) / (len(self.times) - 1)
-        compiles = _compile_count() - self.trainer.side_compiles
+        compiles = _compile_count() - self.engine.side_compiles
         signature = {k: (tuple(v.shape), str(v.dtype)) for k, v in batch.items()}
         if step > self.start_step + WARMUP_STEPS and compiles > self.compiles:
             self.logger.note(
@@ -298,23 +282,23 @@ class _StepTracker:
         if step <= self.start_step + WARMUP_STEPS:  # keep compile time out of the window
             self.times = collections.deque([self.times[-1]], maxlen=TIMING_WINDOW + 1)
         self.compiles, self.signature = compiles, signature
-        trainer = self.trainer
+        engine = self.engine
         metrics = {
             "step": step,
             **{k: float(v) for k, v in values.items()},
             "lr": lr,
             "step_time_s": step_time,
         }
-        rate = trainer.items_per_step(trainer.config) / step_time
-        metrics[f"{trainer.throughput_unit}_per_s"] = rate
-        metrics[f"{trainer.throughput_unit}_per_s_per_chip"] = (
-            rate / trainer.topology.per_chip(trainer.devices)
+        rate = engine.items_per_step() / step_time
+        metrics[f"{engine.unit}_per_s"] = rate
+        metrics[f"{engine.unit}_per_s_per_chip"] = (
+            rate / engine.topology.per_chip(engine.devices)
         )
-        metrics["mfu"] = trainer.flops_per_step() / (step_time * self.peak)
+        metrics["mfu"] = engine.flops_per_step() / (step_time * self.peak)
         metrics["compiles"] = compiles
         self.history.append(metrics)
         self.logger.step_done(metrics)
-        cfg = trainer.config
+        cfg = engine.config
         if step % cfg.log_every == 0 or step == cfg.steps or step == self.start_step + 1:
             self.logger.record(metrics)
 
@@ -329,9 +313,9 @@ class _StepTracker:
             "first_loss": self.history[0]["loss"],
             "last_loss": self.history[-1]["loss"],
             "median_step_time_s": median,
-            "unit": self.trainer.throughput_unit,
-            "items_per_s": self.trainer.items_per_step(self.trainer.config) / median,
-            "mfu": self.trainer.flops_per_step() / (median * self.peak),
+            "unit": self.engine.unit,
+            "items_per_s": self.engine.items_per_step() / median,
+            "mfu": self.engine.flops_per_step() / (median * self.peak),
             "compiles": self.history[-1]["compiles"],
         }
 

@@ -36,14 +36,12 @@ def evaluate(checkpoint: str, tasks: str | None, *, num_fewshot: int | None = No
     if not path.exists():
         raise UserError(f"{checkpoint} does not exist")
     family = family_of(path)
-    if family is not None and family.evaluate is not None:
+    backend = family.task.eval_backend if family else "causal"
+    if backend is None:
         options = {"data": data, "limit": limit, "batch_size": batch_size, "device": device}
         folder = model_folder(path)
-        rows, record = family.evaluate(path, folder, options)
+        rows, record = family.task.evaluate(path, folder, options)
     else:
-        backend = family.lm_eval_backend if family else "causal"
-        if backend is None:
-            raise UserError(f"zoo eval has no evaluation for {family.name} models")
         if not tasks:
             raise UserError("--tasks is required for language models, e.g. --tasks "
                             "arc_easy_sample,hellaswag_sample")
@@ -77,7 +75,7 @@ def family_of(path: Path):
             if family(name).hf_class in architectures:
                 return family(name)
         return None
-    from zoo.runs import load_run
+    from zoo.saved_run import load_run
 
     return load_run(path)[0]
 
@@ -127,7 +125,7 @@ def _log_wandb(path: Path, folder: Path, rows: list[tuple]) -> None:
     if folder == path:
         return
     from core.metrics import start_wandb
-    from zoo.runs import load_run
+    from zoo.saved_run import load_run
 
     _, cfg, run_dir = load_run(path)
     run = start_wandb(cfg.wandb, run_dir, {"eval_of": str(path)})

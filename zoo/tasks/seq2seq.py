@@ -1,6 +1,6 @@
-"""Sequence-to-sequence training on top of the generic trainer: (input, target) text pairs
-in, teacher-forced cross entropy out. Any model whose forward maps (input_ids,
-attention_mask, decoder_input_ids, decoder_attention_mask) -> logits fits (T5).
+"""Sequence-to-sequence training: (input, target) text pairs in, teacher-forced cross
+entropy out. Any model whose forward maps (input_ids, attention_mask, decoder_input_ids,
+decoder_attention_mask) -> logits fits (T5).
 
 Every pair is tokenized once: the input truncated to `source_len` - 1 tokens plus EOS, the
 target likewise to `target_len`; both padded to fixed shapes. Labels are the target with
@@ -18,18 +18,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from core.data import (
-    IGNORE_INDEX,
-    EpochOrder,
-    check_vocab,
-    host_rows,
-    load_table,
-    load_tokenizer,
-)
+from core.data import IGNORE_INDEX, EpochOrder, check_vocab, host_rows, load_table
+from core.engine import TrainConfig
 from core.errors import UserError
 from core.inputs import host_batch_size
 from core.optim import OptimConfig
-from core.trainer import TrainConfig, Trainer
+from core.task import Task
+from zoo.tasks.causal_lm import tokenizer_for, with_token_ids
 
 WORDS = (
     "apple river stone cloud tiger green music paper silver garden window candle horse "
@@ -151,31 +146,27 @@ def pair_batch(inputs: torch.Tensor, targets: torch.Tensor, pad: int) -> dict:
     }
 
 
-class Seq2SeqTrainer(Trainer):
-    throughput_unit = "tokens"  # target tokens (padding included), as T5X counts them
+class Seq2Seq(Task):
+    name = "seq2seq"
+    config_cls = Seq2SeqTrainConfig
+    unit = "tokens"  # target tokens (padding included), as T5X counts them
+    eval_backend = "seq2seq"
 
-    @classmethod
-    def prepare(cls, config: Seq2SeqTrainConfig) -> dict:
-        """Load the tokenizer (none for synthetic tokens) and give the model its ids."""
-        if config.data.source == "synthetic":
-            return {"tokenizer": None}
-        tokenizer = load_tokenizer(config.data.tokenizer)
+    def resolve(self, config: Seq2SeqTrainConfig) -> Seq2SeqTrainConfig:
+        tokenizer = tokenizer_for(config)
+        if tokenizer is None:
+            return config
         if tokenizer.pad_token_id is None or tokenizer.eos_token_id is None:
             raise UserError("the tokenizer needs pad and eos tokens for seq2seq training")
-        config.model.pad_token_id = tokenizer.pad_token_id
-        config.model.eos_token_id = tokenizer.eos_token_id
-        return {"tokenizer": tokenizer}
+        return with_token_ids(config, tokenizer, ("pad_token_id", "eos_token_id"))
 
-    def __init__(self, config: Seq2SeqTrainConfig, model, rules, remat, *, tokenizer, **kwargs):
-        import torch_xla.runtime as xr
-
-        vocab = model.config.vocab_size
+    def data(self, config: Seq2SeqTrainConfig, process_index: int,
+             process_count: int) -> PairBatches:
+        tokenizer, vocab = tokenizer_for(config), config.model.vocab_size
         check_vocab(tokenizer, vocab)
-        super().__init__(config, model, rules, remat, **kwargs)
-        self.data = PairBatches(config, tokenizer, vocab, xr.process_index(), xr.process_count())
+        return PairBatches(config, tokenizer, vocab, process_index, process_count)
 
-    @staticmethod
-    def loss(model, batch):
+    def loss(self, model, batch):
         logits = model(batch["input_ids"], batch["attention_mask"], batch["decoder_input_ids"],
                        batch["decoder_attention_mask"])
         labels = batch["labels"]
@@ -185,12 +176,32 @@ class Seq2SeqTrainer(Trainer):
         hits = (logits.argmax(-1) == labels) & real
         return loss, {"token_accuracy": hits.sum() / real.sum().clamp(min=1)}
 
-    def host_batches(self, start: int):
-        index = start
-        while True:
-            yield self.data.batch(index)
-            index += 1
-
-    @staticmethod
-    def items_per_step(config: Seq2SeqTrainConfig) -> int:
+    def items_per_step(self, config: Seq2SeqTrainConfig) -> int:
         return config.global_batch_size * config.target_len
+
+    def example_batch(self, config: Seq2SeqTrainConfig, seed: int = 0) -> dict:
+        """Random pairs with padding."""
+        generator = torch.Generator().manual_seed(seed)
+        pad, vocab = config.model.pad_token_id, config.model.vocab_size
+        rows = config.global_batch_size
+        inputs = torch.randint(3, vocab, (rows, config.source_len), generator=generator)
+        targets = torch.randint(3, vocab, (rows, config.target_len), generator=generator)
+        inputs[0, config.source_len // 2 :] = pad
+        targets[0, config.target_len // 2 :] = pad
+        return pair_batch(inputs, targets, pad)
+
+    def write_hf_extras(self, config, hf_config, folder) -> None:
+        """Tokenizer files, and a generation config that starts decoding from pad, as T5
+        does."""
+        from transformers import GenerationConfig
+
+        tokenizer = tokenizer_for(config)
+        if tokenizer is None:
+            return
+        tokenizer.save_pretrained(folder)
+        GenerationConfig(decoder_start_token_id=tokenizer.pad_token_id,
+                         eos_token_id=tokenizer.eos_token_id,
+                         pad_token_id=tokenizer.pad_token_id).save_pretrained(folder)
+
+
+SEQ2SEQ = Seq2Seq()

@@ -13,9 +13,9 @@ from core.errors import UserError
 def evaluate(checkpoint: Path, folder: Path, options: dict) -> tuple[list[tuple], dict]:
     import torch
     from tqdm import tqdm
-    from transformers import ViTForImageClassification
+    from transformers import AutoModelForImageClassification
 
-    from core.vision import ImageDataConfig, load_splits, to_pixels
+    from zoo.tasks.images import ImageDataConfig, load_splits, to_pixels
 
     if options.get("device", "cpu") != "cpu":
         raise UserError("image classifiers are evaluated on the host CPU; use --device cpu")
@@ -23,7 +23,7 @@ def evaluate(checkpoint: Path, folder: Path, options: dict) -> tuple[list[tuple]
     split = load_splits(data)[data.eval_split]
     if options.get("limit"):
         split = split.select(range(min(options["limit"], len(split))))
-    model = ViTForImageClassification.from_pretrained(folder).eval()
+    model = AutoModelForImageClassification.from_pretrained(folder).eval()
     names = split.features[data.label_column].names
     trained = [model.config.id2label[i] for i in range(model.config.num_labels)]
     if names != trained:

@@ -1,6 +1,7 @@
-"""`zoo train`: resolve the model and config, check the runtime is the slice asked for,
-then build, shard and train. Everything that can be wrong with the input fails before any
-model or data is loaded."""
+"""Compose a training run from a model name and overrides: resolve the config (the task's
+schema plus the family's architecture), check the runtime is the slice asked for, then
+build, shard and train. Everything that can be wrong with the input fails before any model
+or data is loaded."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from zoo.registry import ModelFamily, resolve
 
 
 def run_schema(family: ModelFamily, size: str):
-    """The run's config schema: the family's training config plus its architecture."""
+    """The run's config schema: the family's task config plus its architecture."""
     default = family.sizes[size]
     return dataclasses.make_dataclass(
         f"{family.name.title()}RunConfig",
@@ -27,7 +28,7 @@ def run_schema(family: ModelFamily, size: str):
                 dataclasses.field(default_factory=lambda: copy.deepcopy(default)),
             )
         ],
-        bases=(family.train_config_cls,),
+        bases=(family.task.config_cls,),
     )
 
 
@@ -74,8 +75,8 @@ def select_runtime(slice_type: str) -> topology.Topology:
     return topo
 
 
-def build_trainer(model_name: str, overrides: list[str], config_files=(), build_model=None):
-    """(resolved config, ready trainer): runtime selected, model built, sharded and remat'ed.
+def build_engine(model_name: str, overrides: list[str], config_files=(), build_model=None):
+    """(resolved config, ready engine): runtime selected, model built, sharded and remat'ed.
 
     `build_model(config, seed)` replaces the family's model (the bench's HF peer)."""
     family, cfg = load_run_config(model_name, overrides, config_files)
@@ -92,25 +93,21 @@ def build_trainer(model_name: str, overrides: list[str], config_files=(), build_
 
     rules = ShardingRules.from_yaml(rules_path)
     remat = config_lib.load(RematConfig, files=[remat_path])
-    resources = family.trainer_cls.prepare(cfg)
+    cfg = family.task.resolve(cfg)
     import torch_xla.runtime as xr
+
+    from core.engine import Engine
 
     xr.use_spmd()
     model = (build_model or family.build)(cfg.model, seed=cfg.seed)
     if cfg.init_from:
         family.load_hf(model, cfg.init_from)
-    trainer = family.trainer_cls(
-        cfg,
-        model,
-        rules,
-        remat,
-        forward_flops_per_item=family.forward_flops(cfg),
-        **resources,
-    )
-    return cfg, trainer
+    engine = Engine(cfg, model, family.task, rules, remat,
+                    forward_flops_per_item=family.forward_flops(cfg))
+    return cfg, engine
 
 
 def train(model_name: str, overrides: list[str], config_files=()) -> tuple[object, dict]:
-    cfg, trainer = build_trainer(model_name, overrides, config_files)
+    cfg, engine = build_engine(model_name, overrides, config_files)
     config_lib.write_resolved(cfg, Path(cfg.out))
-    return cfg, trainer.fit()
+    return cfg, engine.fit()

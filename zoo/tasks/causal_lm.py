@@ -1,0 +1,90 @@
+"""Causal language modelling: packed token rows in (core/data.py), next-token cross entropy
+out. Any model whose forward maps input_ids -> logits fits."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import torch.nn.functional as F
+
+from core.data import DataConfig, TokenBatches, check_vocab, load_tokenizer
+from core.engine import TrainConfig
+from core.task import Task
+
+
+@dataclasses.dataclass
+class LMTrainConfig(TrainConfig):
+    seq_len: int = 256
+    data: DataConfig = dataclasses.field(default_factory=DataConfig)
+
+
+def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross entropy, Hugging Face style: labels are the inputs (shifted
+    here) and -100 marks positions that are not learned."""
+    return F.cross_entropy(
+        logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100
+    )
+
+
+def with_token_ids(config, tokenizer, names: tuple[str, ...]):
+    """A copy of the run config whose model carries the tokenizer's special-token ids."""
+    ids = {name: getattr(tokenizer, name) for name in names}
+    return dataclasses.replace(config, model=dataclasses.replace(config.model, **ids))
+
+
+def tokenizer_for(config):
+    """The run's tokenizer, or None when it trains on synthetic tokens."""
+    return None if config.data.source == "synthetic" else load_tokenizer(config.data.tokenizer)
+
+
+class CausalLM(Task):
+    name = "causal-lm"
+    config_cls = LMTrainConfig
+    unit = "tokens"
+    eval_backend = "causal"
+    generates_text = True
+
+    def resolve(self, config: LMTrainConfig) -> LMTrainConfig:
+        tokenizer = tokenizer_for(config)
+        if tokenizer is None:
+            return config
+        return with_token_ids(config, tokenizer, ("bos_token_id", "eos_token_id", "pad_token_id"))
+
+    def data(self, config: LMTrainConfig, process_index: int, process_count: int) -> TokenBatches:
+        tokenizer, vocab = tokenizer_for(config), config.model.vocab_size
+        check_vocab(tokenizer, vocab)
+        return TokenBatches(config.data, tokenizer, config.seq_len, config.global_batch_size,
+                            process_index, process_count, vocab_size=vocab)
+
+    def loss(self, model, batch):
+        return causal_lm_loss(model(batch["input_ids"]), batch["labels"]), {}
+
+    def items_per_step(self, config: LMTrainConfig) -> int:
+        return config.global_batch_size * config.seq_len
+
+    def example_batch(self, config: LMTrainConfig, seed: int = 0) -> dict:
+        """Random tokens with a few masked labels."""
+        generator = torch.Generator().manual_seed(seed)
+        shape = (config.global_batch_size, config.seq_len)
+        ids = torch.randint(0, config.model.vocab_size, shape, generator=generator)
+        labels = ids.clone()
+        labels[0, :5] = -100
+        return {"input_ids": ids, "labels": labels}
+
+    def write_hf_extras(self, config, hf_config, folder) -> None:
+        """Tokenizer files and a generation config with its special tokens (none for runs
+        trained on synthetic tokens)."""
+        from transformers import GenerationConfig
+
+        tokenizer = tokenizer_for(config)
+        if tokenizer is None:
+            return
+        tokenizer.save_pretrained(folder)
+        for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
+            setattr(hf_config, name, getattr(tokenizer, name))
+        GenerationConfig(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                         pad_token_id=tokenizer.pad_token_id).save_pretrained(folder)
+
+
+CAUSAL_LM = CausalLM()
