@@ -18,9 +18,9 @@ if is_tpu_vm; then target=tpu; else target=cpu; fi
 [ -d "$venv" ] || { echo "setup: creating $venv"; "$python" -m venv "$venv"; }
 
 stamp="$venv/.zoo-install"
-want="$target $(sha256sum pyproject.toml | cut -d' ' -f1)"
+want="$target $(cat pyproject.toml setup.py | sha256sum | cut -d' ' -f1)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] \
-   && "$venv/bin/python" -c "import torch_xla, zoo" 2>/dev/null; then
+   && "$venv/bin/python" -c "import torch_xla, zoo.core" 2>/dev/null; then
   echo "setup: $venv is up to date ($target)"
 else
   echo "setup: installing zoo for $target into $venv (first time: a few minutes, ~7 GB)"

@@ -21,7 +21,7 @@ import click
 
 
 def compile_point(model: str, tpu: str, depth: int, remat: str, overrides: list[str]) -> dict:
-    command = [sys.executable, "-c", "from tools.cli import main; main()", "plan", model,
+    command = [sys.executable, "-c", "from zoo.tools.cli import main; main()", "plan", model,
                "--tpu", tpu, "--compile", "--json", f"model.num_hidden_layers={depth}",
                f"remat={remat}", *overrides]
     result = subprocess.run(command, capture_output=True, text=True)

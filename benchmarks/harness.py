@@ -14,10 +14,10 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from benchmarks.suite import Entry
-from core import topology
-from core.errors import UserError
-from core.flops import calibrate_cpu_peak
+from zoo.benchmarks.suite import Entry
+from zoo.core import topology
+from zoo.core.errors import UserError
+from zoo.core.flops import calibrate_cpu_peak
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,7 +32,7 @@ def calibrate(entries: list[Entry]) -> dict:
 def run_entry(entry: Entry, steps: int, peer: str | None, profile_dir: str | None) -> dict:
     job = {"entry": dataclasses.asdict(entry), "steps": steps, "peer": peer, "profile": profile_dir}
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.worker", json.dumps(job)],
+        [sys.executable, "-m", "zoo.benchmarks.worker", json.dumps(job)],
         capture_output=True,
         text=True,
         cwd=ROOT,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from core.table import format_table
+from zoo.core.table import format_table
 
 COLUMNS = (
     ("entry", lambda r: r["name"]),

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from core.errors import UserError
+from zoo.core.errors import UserError
 
 SUITES_DIR = Path(__file__).resolve().parent / "suites"
 

@@ -1,6 +1,6 @@
 """Runs one benchmark entry in this process and prints its measurements as a JSON line.
 
-    python -m benchmarks.worker '{"entry": {...}, "steps": 10, "peer": null, "profile": null}'
+    python -m zoo.benchmarks.worker '{"entry": {...}, "steps": 10, "peer": null, "profile": null}'
 
 The harness starts one process per entry because the XLA device count is fixed per process.
 Steps run on one synthetic batch already on the device, so only the step itself is timed.
@@ -13,8 +13,8 @@ import sys
 import tempfile
 import time
 
-from benchmarks.peers import PEERS
-from benchmarks.suite import Entry
+from zoo.benchmarks.peers import PEERS
+from zoo.benchmarks.suite import Entry
 from zoo.compose import build_engine
 
 
@@ -32,8 +32,8 @@ def _time_steps(engine, steps: int, profile_dir: str | None) -> dict:
     import torch_xla
     import torch_xla.core.xla_model as xm
 
-    from core.inputs import shard_batch
-    from core.runtime import compile_stats
+    from zoo.core.inputs import shard_batch
+    from zoo.core.runtime import compile_stats
 
     batch = shard_batch(engine.data.batch(0), engine.mesh)
     start = time.perf_counter()

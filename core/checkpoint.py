@@ -42,8 +42,8 @@ from pathlib import Path
 
 import torch
 
-from core.errors import UserError
-from core.run_folder import RunFolder, step_dir_name, step_of
+from zoo.core.errors import UserError
+from zoo.core.run_folder import RunFolder, step_dir_name, step_of
 
 _TMP_PREFIX = ".tmp-"
 _TRASH_PREFIX = ".trash-"

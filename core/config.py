@@ -16,8 +16,8 @@ from typing import TypeVar
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
-from core.errors import UserError
-from core.run_folder import RunFolder
+from zoo.core.errors import UserError
+from zoo.core.run_folder import RunFolder
 
 T = TypeVar("T")
 

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from core.errors import UserError
-from core.inputs import host_batch_size
+from zoo.core.errors import UserError
+from zoo.core.inputs import host_batch_size
 
 BOS, EOS, PAD = "<|begin_of_text|>", "<|end_of_text|>", "<|pad|>"
 DEFAULT_TOKENIZER = Path(__file__).resolve().parent / "assets" / "tokenizer"

@@ -17,17 +17,17 @@ from pathlib import Path
 
 import torch
 
-from core import runtime, topology
-from core.checkpoint import Checkpointer
-from core.flops import calibrate_cpu_peak, train_flops
-from core.inputs import device_loader
-from core.mesh import MeshConfig, axis_sizes, build_mesh
-from core.metrics import MetricsLogger, WandbConfig
-from core.optim import OptimConfig, ScheduleConfig, build_optimizer, build_schedule
-from core.remat import RematConfig, apply_remat
-from core.run_folder import RunFolder
-from core.sharding import ShardingRules, shard_model
-from core.task import Task
+from zoo.core import runtime, topology
+from zoo.core.checkpoint import Checkpointer
+from zoo.core.flops import calibrate_cpu_peak, train_flops
+from zoo.core.inputs import device_loader
+from zoo.core.mesh import MeshConfig, axis_sizes, build_mesh
+from zoo.core.metrics import MetricsLogger, WandbConfig
+from zoo.core.optim import OptimConfig, ScheduleConfig, build_optimizer, build_schedule
+from zoo.core.remat import RematConfig, apply_remat
+from zoo.core.run_folder import RunFolder
+from zoo.core.sharding import ShardingRules, shard_model
+from zoo.core.task import Task
 
 WARMUP_STEPS = 2  # step 1 compiles the step, step 2 again once optimizer state exists
 TIMING_WINDOW = 10  # steps averaged into the reported step time

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from core.errors import UserError
+from zoo.core.errors import UserError
 
 
 def local_dir(name_or_path: str) -> Path:

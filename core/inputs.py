@@ -3,7 +3,7 @@ over the data-parallel axes (data x fsdp), every other dim is replicated."""
 
 from __future__ import annotations
 
-from core.errors import UserError
+from zoo.core.errors import UserError
 
 BATCH_AXES = ("data", "fsdp")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from core.errors import UserError
+from zoo.core.errors import UserError
 
 AXES = ("data", "fsdp", "sequence", "expert", "tensor")
 

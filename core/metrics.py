@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from core.run_folder import RunFolder
+from zoo.core.run_folder import RunFolder
 
 
 @dataclasses.dataclass

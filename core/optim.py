@@ -13,7 +13,7 @@ import math
 
 import torch
 
-from core.errors import UserError
+from zoo.core.errors import UserError
 
 
 @dataclasses.dataclass

@@ -13,7 +13,7 @@ import functools
 import torch
 from torch import nn
 
-from core.errors import UserError
+from zoo.core.errors import UserError
 
 
 class RematError(UserError):

@@ -12,7 +12,7 @@ import dataclasses
 import re
 from pathlib import Path
 
-from core.errors import UserError
+from zoo.core.errors import UserError
 
 _STEP_DIR = re.compile(r"step-(\d+)")
 

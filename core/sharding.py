@@ -24,8 +24,8 @@ from pathlib import Path
 
 import yaml
 
-from core.errors import UserError
-from core.mesh import axis_sizes
+from zoo.core.errors import UserError
+from zoo.core.mesh import axis_sizes
 
 Spec = tuple  # per-dimension: None | axis name | tuple of axis names
 
@@ -246,7 +246,7 @@ def _output_sharder(name: str, rule: Rule, mesh, mesh_axes):
 
 def format_plan(plan: list[ParamPlan]) -> str:
     """A readable table: name, global shape, spec, per-device shard shape and bytes."""
-    from core.table import format_table
+    from zoo.core.table import format_table
 
     rows = [
         (

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from core.mesh import MeshConfig, axis_sizes
+from zoo.core.mesh import MeshConfig, axis_sizes
 
 
 @dataclasses.dataclass

@@ -10,7 +10,7 @@ import dataclasses
 import os
 import re
 
-from core.errors import UserError
+from zoo.core.errors import UserError
 
 GiB = 1024**3
 

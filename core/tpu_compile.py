@@ -13,8 +13,8 @@ import os
 import re
 import time
 
-from core.errors import UserError
-from core.topology import HBM_BYTES_PER_S, Topology
+from zoo.core.errors import UserError
+from zoo.core.topology import HBM_BYTES_PER_S, Topology
 
 ELEMENT_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "bf16": 2, "f16": 2,
                  "s32": 4, "u32": 4, "f32": 4, "s64": 8, "u64": 8, "f64": 8, "f8e4m3fn": 1,

@@ -16,7 +16,7 @@ import re
 
 import torch
 
-from core.sharding import Spec
+from zoo.core.sharding import Spec
 
 
 @dataclasses.dataclass

@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from core.errors import UserError
-from eval.tasks_check import resolve_tasks
+from zoo.core.errors import UserError
+from zoo.eval.tasks_check import resolve_tasks
 
 RESULTS_FILE = "eval_results.json"
 
@@ -23,7 +23,7 @@ def model_folder(checkpoint: Path) -> Path:
     """An HF folder as is; a run or checkpoint folder through the export cache."""
     if (checkpoint / "config.json").is_file() and list(checkpoint.glob("*.safetensors")):
         return checkpoint
-    from eval.export import cached_export
+    from zoo.eval.export import cached_export
 
     return cached_export(checkpoint)
 
@@ -84,11 +84,11 @@ def _lm_eval(folder: Path, backend: str, device: str, batch_size: int, **common)
     import lm_eval
 
     if device == "xla":
-        from eval.xla_lm import ZooXLALM
+        from zoo.eval.xla_lm import ZooXLALM
 
         model = ZooXLALM(pretrained=str(folder), batch_size=batch_size, backend=backend)
         return lm_eval.simple_evaluate(model=model, **common)
-    from eval.hf_lm import hf_lm
+    from zoo.eval.hf_lm import hf_lm
 
     return lm_eval.simple_evaluate(model=hf_lm(folder, backend, device, batch_size), **common)
 
@@ -115,7 +115,7 @@ def per_choice_loglikelihoods(samples: dict) -> dict:
 
 
 def _run_dir(path: Path) -> Path:
-    from core.run_folder import RunFolder
+    from zoo.core.run_folder import RunFolder
 
     return RunFolder.containing(path).path
 
@@ -124,7 +124,7 @@ def _log_wandb(path: Path, folder: Path, rows: list[tuple]) -> None:
     """When the run being evaluated logs to wandb, its eval scores go there too."""
     if folder == path:
         return
-    from core.metrics import start_wandb
+    from zoo.core.metrics import start_wandb
     from zoo.saved_run import load_run
 
     _, cfg, run_dir = load_run(path)

@@ -11,13 +11,13 @@ import json
 import shutil
 from pathlib import Path
 
-from core.errors import UserError
+from zoo.core.errors import UserError
 
 MAX_SHARD_SIZE = "2GB"
 
 
 def export(checkpoint: str | Path, out: str | Path) -> Path:
-    from core.checkpoint import load_checkpoint
+    from zoo.core.checkpoint import load_checkpoint
     from zoo.saved_run import load_run
 
     out = Path(out)
@@ -59,7 +59,7 @@ def _write_weights(weights: dict, folder: Path) -> None:
 
 def cached_export(checkpoint: str | Path) -> Path:
     """Export a run's checkpoint once into RUN/hf/step-N and reuse it on later calls."""
-    from core.run_folder import RunFolder
+    from zoo.core.run_folder import RunFolder
     from zoo.saved_run import checkpoint_step
 
     path = Path(checkpoint)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from core.hf import read_safetensor
+from zoo.core.hf import read_safetensor
 
 HEAD = "lm_head.weight"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from core.errors import UserError
+from zoo.core.errors import UserError
 
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
 ALIASES = {"arc": ["arc_easy", "arc_challenge"]}
@@ -55,7 +55,7 @@ def resolve_tasks(spec: str) -> tuple[list[str], object]:
 def _check_hub_datasets(names: list[str], manager) -> None:
     from lm_eval.tasks._yaml_loader import load_yaml
 
-    from core.data import hub_reachable
+    from zoo.core.data import hub_reachable
 
     reachable = None
     for name in names:

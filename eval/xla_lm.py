@@ -14,7 +14,7 @@ import torch
 from lm_eval.api.registry import register_model
 from lm_eval.models.huggingface import HFLM
 
-from core.errors import UserError
+from zoo.core.errors import UserError
 
 BUCKETS = (64, 128, 256, 512, 1024, 2048, 4096, 8192)
 

@@ -24,11 +24,11 @@ import torch_xla.core.xla_model as xm  # noqa: E402
 import torch_xla.runtime as xr  # noqa: E402
 from toy_model import DIM, SEQ, VOCAB, ToyModel  # noqa: E402
 
-from core.checkpoint import Checkpointer  # noqa: E402
-from core.errors import UserError  # noqa: E402
-from core.inputs import shard_batch  # noqa: E402
-from core.mesh import MeshConfig, build_mesh  # noqa: E402
-from core.sharding import ShardingRules, shard_model  # noqa: E402
+from zoo.core.checkpoint import Checkpointer  # noqa: E402
+from zoo.core.errors import UserError  # noqa: E402
+from zoo.core.inputs import shard_batch  # noqa: E402
+from zoo.core.mesh import MeshConfig, build_mesh  # noqa: E402
+from zoo.core.sharding import ShardingRules, shard_model  # noqa: E402
 
 RULES = Path(__file__).resolve().parent / "data" / "toy_fsdp.yaml"
 STEPS, RESTORE_STEP, BATCH = 6, 4, 8

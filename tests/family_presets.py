@@ -11,7 +11,7 @@ import torch
 from preset_worker import remat_preset
 from xla_harness import assert_same_loss_and_grads, run_workers
 
-from core.remat import apply_remat
+from zoo.core.remat import apply_remat
 
 HERE = Path(__file__).resolve().parent
 # fp32: XLA:CPU fuses and reorders more than eager CPU, which runs transformers' kernels.

@@ -14,10 +14,10 @@ import torch  # noqa: E402
 import torch_xla.runtime as xr  # noqa: E402
 from xla_harness import sharded_loss_and_grads  # noqa: E402
 
-from core import config  # noqa: E402
-from core.mesh import MeshConfig  # noqa: E402
-from core.remat import RematConfig  # noqa: E402
-from core.sharding import ShardingRules  # noqa: E402
+from zoo.core import config  # noqa: E402
+from zoo.core.mesh import MeshConfig  # noqa: E402
+from zoo.core.remat import RematConfig  # noqa: E402
+from zoo.core.sharding import ShardingRules  # noqa: E402
 from zoo.llama.config import LlamaConfig, RopeScaling  # noqa: E402
 from zoo.llama.family import FAMILY  # noqa: E402
 from zoo.tasks.causal_lm import causal_lm_loss  # noqa: E402

@@ -17,10 +17,10 @@ import torch  # noqa: E402
 import torch_xla.runtime as xr  # noqa: E402
 from xla_harness import sharded_loss_and_grads  # noqa: E402
 
-from core import config  # noqa: E402
-from core.mesh import MeshConfig  # noqa: E402
-from core.remat import RematConfig  # noqa: E402
-from core.sharding import ShardingRules  # noqa: E402
+from zoo.core import config  # noqa: E402
+from zoo.core.mesh import MeshConfig  # noqa: E402
+from zoo.core.remat import RematConfig  # noqa: E402
+from zoo.core.sharding import ShardingRules  # noqa: E402
 
 # The 1-device runs the family tests read: transformers parity with scan off and on, and
 # the baseline every 8-device preset is compared with.

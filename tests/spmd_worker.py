@@ -17,10 +17,10 @@ import torch_xla.runtime as xr  # noqa: E402
 from toy_model import SEQ, VOCAB, ToyModel  # noqa: E402
 from xla_harness import sharded_loss_and_grads  # noqa: E402
 
-from core.inputs import device_loader  # noqa: E402
-from core.mesh import MeshConfig, build_mesh  # noqa: E402
-from core.remat import RematConfig  # noqa: E402
-from core.sharding import ShardingRules  # noqa: E402
+from zoo.core.inputs import device_loader  # noqa: E402
+from zoo.core.mesh import MeshConfig, build_mesh  # noqa: E402
+from zoo.core.remat import RematConfig  # noqa: E402
+from zoo.core.sharding import ShardingRules  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data"
 PRESETS = {

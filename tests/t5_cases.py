@@ -2,7 +2,7 @@
 
 import torch
 
-from core.mesh import MeshConfig
+from zoo.core.mesh import MeshConfig
 from zoo.t5.config import T5Config
 from zoo.t5.family import FAMILY  # noqa: F401 (the worker reads it)
 from zoo.tasks.seq2seq import SEQ2SEQ, pair_batch

@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from benchmarks.harness import compare_ratios, regressions
-from benchmarks.suite import load_suite
-from core.errors import UserError
+from zoo.benchmarks.harness import compare_ratios, regressions
+from zoo.benchmarks.suite import load_suite
+from zoo.core.errors import UserError
 
 SUITE = """
 - name: micro
@@ -23,7 +23,7 @@ SUITE = """
 
 def zoo(*args, timeout=900):
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    return subprocess.run([sys.executable, "-c", "from tools.cli import main; main()", *args],
+    return subprocess.run([sys.executable, "-c", "from zoo.tools.cli import main; main()", *args],
                           env=env, capture_output=True, text=True, timeout=timeout)
 
 

@@ -15,8 +15,8 @@ from checkpoint_worker import BATCH, RESTORE_STEP, STEPS
 from safetensors.torch import save_file
 from xla_harness import xla_cpu_env
 
-from core.checkpoint import Checkpointer, load_checkpoint
-from core.errors import UserError
+from zoo.core.checkpoint import Checkpointer, load_checkpoint
+from zoo.core.errors import UserError
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -144,7 +144,7 @@ def test_load_checkpoint_needs_no_torch_xla_and_gives_full_hf_named_tensors(runs
     dest = runs["out"] / "loaded.pt"
     code = (
         "import sys, torch\n"
-        "from core.checkpoint import load_checkpoint\n"
+        "from zoo.core.checkpoint import load_checkpoint\n"
         f"latest = load_checkpoint({str(run_dir)!r})\n"
         f"older = load_checkpoint({str(run_dir / 'step-00000004')!r})\n"
         f"consolidated = load_checkpoint({str(runs['out'] / 'consolidated-4')!r})\n"

@@ -22,11 +22,11 @@ import torch
 from conformance_worker import mesh_for, preset_names
 from xla_harness import assert_same_loss_and_grads, run_workers
 
-from core import config as config_lib
-from core.mesh import resolve_axis_sizes
-from core.remat import RematConfig, apply_remat
-from core.sharding import ShardingError, ShardingRules, match_activations, plan_params
 from zoo.compose import load_run_config
+from zoo.core import config as config_lib
+from zoo.core.mesh import resolve_axis_sizes
+from zoo.core.remat import RematConfig, apply_remat
+from zoo.core.sharding import ShardingError, ShardingRules, match_activations, plan_params
 from zoo.registry import FAMILIES, family
 
 HERE = Path(__file__).resolve().parent
@@ -142,8 +142,8 @@ def loss_on_example(name: str, forward) -> torch.Tensor:
 
 @pytest.mark.parametrize("name", [n for n in FAMILIES if family(n).hf_class])
 def test_export_loads_in_transformers_with_the_same_loss(worker_runs, name, tmp_path):
-    from core.checkpoint import load_checkpoint
-    from eval.export import export
+    from zoo.core.checkpoint import load_checkpoint
+    from zoo.eval.export import export
 
     fam = family(name)
     run_dir = worker_runs(name)["dir"]

@@ -26,7 +26,7 @@ def run(*args, timeout=900):
 
 
 def zoo(*args, timeout=900):
-    return run(sys.executable, "-c", "from tools.cli import main; main()", *args,
+    return run(sys.executable, "-c", "from zoo.tools.cli import main; main()", *args,
                timeout=timeout)
 
 
@@ -141,7 +141,7 @@ def test_unknown_task_lists_the_sample_tasks(runs):
 def test_large_exports_are_sharded_with_an_index(runs, monkeypatch):
     from transformers import AutoModelForCausalLM
 
-    from eval import export as export_module
+    from zoo.eval import export as export_module
 
     monkeypatch.setattr(export_module, "MAX_SHARD_SIZE", "5MB")
     out = export_module.export(runs["untrained"], runs["tmp"] / "sharded")

@@ -9,7 +9,7 @@ import transformers
 from llama_worker import MESHES, PARITY_CONFIGS, PRESET_CONFIG, REMATS, batch, remat_preset
 from xla_harness import assert_same_loss_and_grads, run_workers
 
-from core.remat import apply_remat
+from zoo.core.remat import apply_remat
 from zoo.llama.family import FAMILY
 from zoo.llama.hf import load_hf
 from zoo.tasks.causal_lm import causal_lm_loss

@@ -1,6 +1,6 @@
 import pytest
 
-from core.mesh import MeshConfig, MeshError, resolve_axis_sizes
+from zoo.core.mesh import MeshConfig, MeshError, resolve_axis_sizes
 
 
 def test_fsdp_defaults_to_all_devices():

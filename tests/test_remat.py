@@ -4,7 +4,7 @@ import pytest
 import torch
 from toy_model import SEQ, VOCAB, ToyModel
 
-from core.remat import RematConfig, RematError, apply_remat
+from zoo.core.remat import RematConfig, RematError, apply_remat
 
 
 def loss_and_grads(remat: RematConfig):

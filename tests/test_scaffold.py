@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from core.errors import UserError
 from zoo import scaffold
+from zoo.core.errors import UserError
 
 HERE = Path(__file__).resolve().parent
 

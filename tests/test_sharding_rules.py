@@ -3,7 +3,13 @@
 import pytest
 from toy_model import ToyModel
 
-from core.sharding import ShardingError, ShardingRules, format_plan, match_activations, plan_params
+from zoo.core.sharding import (
+    ShardingError,
+    ShardingRules,
+    format_plan,
+    match_activations,
+    plan_params,
+)
 
 MESH = {"data": 1, "fsdp": 4, "sequence": 1, "expert": 1, "tensor": 2}
 

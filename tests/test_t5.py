@@ -65,7 +65,7 @@ def test_hf_checkpoint_directory_loads(tmp_path):
 
 
 def test_pairs_are_encoded_with_eos_padding_and_masked_labels():
-    from core.data import load_tokenizer
+    from zoo.core.data import load_tokenizer
 
     tokenizer = load_tokenizer("default")
     rows = encode(["reverse: apple stone", "x " * 50], tokenizer, 8)

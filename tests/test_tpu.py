@@ -33,7 +33,7 @@ def fake(tmp_path, monkeypatch):
         root = tmp_path / "workers" / "node"
 
         def zoo(self, *args, timeout=120):
-            return subprocess.run([sys.executable, "-c", "from tools.cli import main; main()",
+            return subprocess.run([sys.executable, "-c", "from zoo.tools.cli import main; main()",
                                    *args], env=env, capture_output=True, text=True,
                                   timeout=timeout)
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from core.topology import parse
-from core.tpu_compile import (
+from zoo.core.topology import parse
+from zoo.core.tpu_compile import (
     compile_target,
     count_collectives,
     count_matmul_flops,

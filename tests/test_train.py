@@ -16,7 +16,7 @@ SMALL = ["model.num_hidden_layers=2", "seq_len=64", "log_every=1", "optim.lr=1e-
 
 
 def zoo_command(*args):
-    return [sys.executable, "-c", "from tools.cli import main; main()", *args]
+    return [sys.executable, "-c", "from zoo.tools.cli import main; main()", *args]
 
 
 def env():

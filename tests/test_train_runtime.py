@@ -4,8 +4,8 @@ import os
 
 import pytest
 
-from core.errors import UserError
 from zoo import compose
+from zoo.core.errors import UserError
 
 
 def test_cpu_slices_set_the_virtual_device_count(monkeypatch):

@@ -3,7 +3,7 @@
 import torch
 import torch.nn.functional as F
 
-from core.mesh import MeshConfig
+from zoo.core.mesh import MeshConfig
 from zoo.vit.config import ViTConfig
 from zoo.vit.family import FAMILY  # noqa: F401 (the worker reads it)
 

@@ -9,8 +9,8 @@ import sys
 
 import click
 
-from core.errors import UserError
-from tools.tpu_commands import tpu as tpu_group
+from zoo.core.errors import UserError
+from zoo.tools.tpu_commands import tpu as tpu_group
 
 # flax, which torchax imports for torch_xla's scan, warns at import that TensorFlow is
 # missing (for gs:// paths in flax.io, which zoo never uses): noise to our users.
@@ -38,7 +38,7 @@ def cli():
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 def topology(slice_type, as_json):
     """Describe a TPU slice type (v4-32, v5litepod-16, v6e-256, cpu-8, ...)."""
-    from core import topology as topo
+    from zoo.core import topology as topo
 
     info = topo.parse(slice_type).to_dict()
     if as_json:
@@ -59,9 +59,9 @@ def doctor(overrides):
 
     OVERRIDES are mesh settings such as mesh.tensor=2 (default: fsdp over all devices).
     """
-    from core import config, runtime
-    from core.mesh import axis_sizes, build_mesh
-    from core.smoke import DoctorConfig, sharded_matmul
+    from zoo.core import config, runtime
+    from zoo.core.mesh import axis_sizes, build_mesh
+    from zoo.core.smoke import DoctorConfig, sharded_matmul
 
     cfg = config.load(DoctorConfig, overrides=overrides)
     info = runtime.detect()
@@ -123,8 +123,8 @@ def train(model, overrides, tpu, steps, out, init_from, config_files, prompt, no
     Example: zoo train llama-tiny --tpu cpu-4 --steps 40 optim.lr=1e-3 remat=scan
     """
     if node:
-        from tools.gcloud import Gcloud, Node
-        from tools.tpu import launch_training
+        from zoo.tools.gcloud import Gcloud, Node
+        from zoo.tools.tpu import launch_training
 
         if not tpu:
             raise UserError("--on needs --tpu TYPE: the slice type NAME must be")
@@ -232,8 +232,8 @@ def bench(mfu, suite, models, tpu, steps, out, compare, baseline, tolerance, pro
     import dataclasses
     from pathlib import Path
 
-    from benchmarks import harness, report
-    from benchmarks.suite import load_suite
+    from zoo.benchmarks import harness, report
+    from zoo.benchmarks.suite import load_suite
 
     entries = load_suite(suite)
     if models:
@@ -296,7 +296,7 @@ def plan(model, overrides, tpu, target_mfu, compile_, as_json):
 @click.argument("out")
 def export(checkpoint, out):
     """Export a training run or checkpoint (CHECKPOINT) as a Hugging Face folder OUT."""
-    from eval.export import export as export_checkpoint
+    from zoo.eval.export import export as export_checkpoint
 
     folder = export_checkpoint(checkpoint, out)
     hf_class = json.loads((folder / "config.json").read_text())["architectures"][0]
@@ -318,8 +318,8 @@ def export(checkpoint, out):
 def eval_command(checkpoint, tasks, data, num_fewshot, limit, batch_size, device, out):
     """Score CHECKPOINT (a run, a checkpoint or a Hugging Face folder): lm-eval tasks for
     language models, top-1 on an image folder for image classifiers."""
-    from core.table import format_table
-    from eval.evaluate import evaluate
+    from zoo.core.table import format_table
+    from zoo.eval.evaluate import evaluate
 
     rows, results_file = evaluate(checkpoint, tasks, num_fewshot=num_fewshot, limit=limit,
                                   batch_size=batch_size, device=device, out=out, data=data)
@@ -333,7 +333,7 @@ cli.add_command(tpu_group)
 
 
 def main():
-    from core import runtime
+    from zoo.core import runtime
 
     runtime.configure()  # before anything imports torch_xla (transformers may)
     cli(prog_name="zoo")

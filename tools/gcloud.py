@@ -13,7 +13,7 @@ import os
 import shlex
 import subprocess
 
-from core.errors import UserError
+from zoo.core.errors import UserError
 
 # A TPU VM software version per generation (`gcloud compute tpus versions list`).
 DEFAULT_VERSIONS = {

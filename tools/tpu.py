@@ -10,9 +10,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from core.errors import UserError
-from tools import remote
-from tools.gcloud import Gcloud, Node, create, delete, scp, ssh
+from zoo.core.errors import UserError
+from zoo.tools import remote
+from zoo.tools.gcloud import Gcloud, Node, create, delete, scp, ssh
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # Never shipped to the workers: history, the local install, and anything a run produced.

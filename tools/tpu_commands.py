@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import click
 
-from tools import tpu as ops
-from tools.gcloud import Gcloud, Node, create, delete
+from zoo.tools import tpu as ops
+from zoo.tools.gcloud import Gcloud, Node, create, delete
 
 DATA_DISK_HELP = ("A persistent disk (projects/P/zones/Z/disks/D) to attach read-write: "
                   "where checkpoints survive the VM.")
@@ -43,7 +43,7 @@ def tpu():
 def create_command(name, zone, project, dry_run, accelerator, version, spot, preemptible,
                    data_disk):
     """Create TPU VM NAME."""
-    from core import topology
+    from zoo.core import topology
 
     topology.parse(accelerator)  # a clear error for impossible slice types
     gcloud, node = target(name, zone, project, dry_run)

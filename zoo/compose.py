@@ -10,9 +10,9 @@ import dataclasses
 import os
 from pathlib import Path
 
-from core import config as config_lib
-from core import runtime, topology
-from core.errors import UserError
+from zoo.core import config as config_lib
+from zoo.core import runtime, topology
+from zoo.core.errors import UserError
 from zoo.registry import ModelFamily, resolve
 
 
@@ -48,7 +48,7 @@ def default_global_batch(cfg) -> int:
     """The config's default batch (a CPU-sized 8 or 32), raised to one example per
     data-parallel device on a slice with more: a smaller batch leaves XLA padding every
     device's share, compute spent on nothing (and a slow, odd SPMD program)."""
-    from core.mesh import resolve_axis_sizes
+    from zoo.core.mesh import resolve_axis_sizes
 
     sizes = resolve_axis_sizes(cfg.mesh, topology.parse(cfg.tpu).devices)
     return max(cfg.global_batch_size, sizes["data"] * sizes["fsdp"])
@@ -88,15 +88,15 @@ def build_engine(model_name: str, overrides: list[str], config_files=(), build_m
             raise UserError(f"{family.name} cannot load Hugging Face checkpoints (--init-from)")
         cfg.model = family.config_from_hf(cfg.init_from)
     runtime.configure()
-    from core.remat import RematConfig
-    from core.sharding import ShardingRules
+    from zoo.core.remat import RematConfig
+    from zoo.core.sharding import ShardingRules
 
     rules = ShardingRules.from_yaml(rules_path)
     remat = config_lib.load(RematConfig, files=[remat_path])
     cfg = family.task.resolve(cfg)
     import torch_xla.runtime as xr
 
-    from core.engine import Engine
+    from zoo.core.engine import Engine
 
     xr.use_spmd()
     model = (build_model or family.build)(cfg.model, seed=cfg.seed)

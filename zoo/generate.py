@@ -9,8 +9,8 @@ import torch
 
 def load_for_generation(path: str | Path):
     """(model in eval mode, tokenizer) from a run folder or one of its checkpoints."""
-    from core.checkpoint import load_checkpoint
-    from core.data import load_tokenizer
+    from zoo.core.checkpoint import load_checkpoint
+    from zoo.core.data import load_tokenizer
     from zoo.saved_run import load_run
 
     family, cfg, _ = load_run(path)

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from core import config as config_lib
-from core import topology
-from core.flops import train_flops
-from core.mesh import resolve_axis_sizes
-from core.remat import RematConfig
-from core.sharding import ShardingRules, plan_params
 from zoo.compose import load_run_config
+from zoo.core import config as config_lib
+from zoo.core import topology
+from zoo.core.flops import train_flops
+from zoo.core.mesh import resolve_axis_sizes
+from zoo.core.remat import RematConfig
+from zoo.core.sharding import ShardingRules, plan_params
 
 OPTIMIZER_STATES = {"adamw": 2, "sgd": 1}  # fp32 tensors per parameter
 FIT_ADVICE = ("to fit: a larger slice (more fsdp shards), remat=checkpoint, a smaller "
@@ -104,7 +104,7 @@ def make_plan(model_name: str, slice_type: str, overrides: list[str], target_mfu
 
 
 def describe(plan: Plan) -> str:
-    from core.table import format_table
+    from zoo.core.table import format_table
 
     gib = 2**30
     rows = [(name, f"{value / gib:,.2f} GiB") for name, value in plan.terms.items()]

@@ -10,11 +10,11 @@ import os
 import sys
 import time
 
-from core import config as config_lib
-from core import runtime, topology
-from core.errors import UserError
-from core.tpu_compile import CompiledStep, OutOfMemory
 from zoo.compose import load_run_config
+from zoo.core import config as config_lib
+from zoo.core import runtime, topology
+from zoo.core.errors import UserError
+from zoo.core.tpu_compile import CompiledStep, OutOfMemory
 from zoo.plan import FIT_ADVICE, Plan, describe, make_plan
 from zoo.registry import resolve
 
@@ -42,8 +42,8 @@ def trace_step_hlo(model_name: str, slice_type: str, overrides: list[str]) -> tu
     use_virtual_devices(topo)
     if getattr(cfg.model, "attention", None) == "auto":
         cfg.model.attention = "flash"  # what `auto` runs on a TPU
-    from core.pallas_tpu import pallas_lowering_for_tpu
-    from core.tpu_compile import tpu_devices
+    from zoo.core.pallas_tpu import pallas_lowering_for_tpu
+    from zoo.core.tpu_compile import tpu_devices
 
     with pallas_lowering_for_tpu(tpu_devices(topo)[0].client.platform_version):
         return _trace(family, cfg, topo)
@@ -53,13 +53,13 @@ def _trace(family, cfg, topo) -> tuple:
     import torch
     import torch_xla.runtime as xr
 
-    from core.engine import Engine
-    from core.inputs import batch_spec
-    from core.mesh import axis_sizes, build_mesh
-    from core.optim import build_optimizer, build_schedule
-    from core.remat import RematConfig, apply_remat
-    from core.sharding import ShardingRules, plan_params, shard_activations
-    from core.trace import (
+    from zoo.core.engine import Engine
+    from zoo.core.inputs import batch_spec
+    from zoo.core.mesh import axis_sizes, build_mesh
+    from zoo.core.optim import build_optimizer, build_schedule
+    from zoo.core.remat import RematConfig, apply_remat
+    from zoo.core.sharding import ShardingRules, plan_params, shard_activations
+    from zoo.core.trace import (
         Placeholders,
         follow_hoisted_placeholders,
         hlo_sharding_text,
@@ -131,7 +131,7 @@ def _meta_train_step_flops(family, cfg, remat) -> float:
     import torch_xla.experimental.scan_layers as scan_module
     from torch.utils.flop_counter import FlopCounterMode
 
-    from core.remat import LayerStack, apply_remat
+    from zoo.core.remat import LayerStack, apply_remat
 
     def python_scan(layers, carry, **_):
         for layer in layers:
@@ -240,8 +240,8 @@ class CompiledPlan:
 def compile_plan(model_name: str, slice_type: str, overrides: list[str],
                  target_mfu: float = 0.5) -> CompiledPlan:
     """Trace `zoo train`'s step for the slice and compile it with libtpu."""
-    from core.remat import RematConfig
-    from core.tpu_compile import compile_hlo, compile_target
+    from zoo.core.remat import RematConfig
+    from zoo.core.tpu_compile import compile_hlo, compile_target
 
     analytic = make_plan(model_name, slice_type, overrides, target_mfu)
     compile_target(analytic.topology)  # a slice the compiler cannot target fails first
@@ -261,7 +261,7 @@ def persistent_bytes(plan: Plan) -> float:
 
 
 def describe_compiled(plan: CompiledPlan) -> str:
-    from core.table import format_bytes, format_table
+    from zoo.core.table import format_bytes, format_table
 
     record, topo = plan.record(), plan.analytic.topology
     hbm, flops, step = record["hbm_per_chip"], record["flops_per_chip"], plan.compiled
@@ -336,7 +336,7 @@ def hbm_difference_note(plan: CompiledPlan) -> str:
     """Where compiled and analytic HBM part: the persistent state (parameters and optimizer
     state, the program's arguments) or the step's transients (gradients, activations,
     gathered weights: its temporaries)."""
-    from core.table import format_bytes
+    from zoo.core.table import format_bytes
 
     step, persistent = plan.compiled, persistent_bytes(plan.analytic)
     transient = plan.analytic.total - persistent

@@ -17,8 +17,8 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from core.errors import UserError
-from core.task import Task
+from zoo.core.errors import UserError
+from zoo.core.task import Task
 
 ENTRY_POINT_GROUP = "zoo.families"
 

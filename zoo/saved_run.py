@@ -6,9 +6,9 @@ from pathlib import Path
 
 import yaml
 
-from core.checkpoint import complete_steps
-from core.errors import UserError
-from core.run_folder import RunFolder, step_of
+from zoo.core.checkpoint import complete_steps
+from zoo.core.errors import UserError
+from zoo.core.run_folder import RunFolder, step_of
 
 
 def checkpoint_step(path: Path) -> int:

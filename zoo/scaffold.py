@@ -8,7 +8,7 @@ import re
 import shutil
 from pathlib import Path
 
-from core.errors import UserError
+from zoo.core.errors import UserError
 from zoo.registry import FAMILIES
 
 TEMPLATE = Path(__file__).resolve().parent / "_template"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
-from core.data import BOS, DEFAULT_TOKENIZER, EOS, PAD, default_documents
+from zoo.core.data import BOS, DEFAULT_TOKENIZER, EOS, PAD, default_documents
 
 VOCAB_SIZE = 4096
 

@@ -1,6 +1,6 @@
 """Writes the offline sample tasks' data: an invented world, two small multiple-choice sets.
 
-    python -m eval.tasks.make_samples        # from the repo root; rewrites eval/tasks/data/
+    python -m zoo.eval.tasks.make_samples        # from the repo root; rewrites eval/tasks/data/
 
 Everything here is made up for this project: the creatures of the island of Varn (ARC-style
 questions) and the towns of the Varn coast (HellaSwag-style context + ending). The same fixed

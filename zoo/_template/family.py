@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
-from core.flops import decoder_lm_forward_flops_per_token
-from core.memory import decoder_stack_activation_bytes
+from zoo.core.flops import decoder_lm_forward_flops_per_token
+from zoo.core.memory import decoder_stack_activation_bytes
 from zoo.registry import ModelFamily
 from zoo.tasks.causal_lm import CAUSAL_LM
 

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from core.remat import LayerStack
+from zoo.core.remat import LayerStack
 
 from .config import MyModelConfig
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from core.hf import load_state, local_dir, read_config, read_safetensors
+from zoo.core.hf import load_state, local_dir, read_config, read_safetensors
 from zoo.llama.config import LlamaConfig
 
 

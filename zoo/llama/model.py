@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from core.remat import LayerStack
+from zoo.core.remat import LayerStack
 from zoo.llama.config import LlamaConfig
 
 

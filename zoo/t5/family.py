@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from core.memory import decoder_layer_activation_bytes
+from zoo.core.memory import decoder_layer_activation_bytes
 from zoo.registry import ModelFamily
 from zoo.t5.config import SIZES, T5Config
 from zoo.t5.hf import config_from_hf, load_hf

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from core.hf import load_state, local_dir, read_config, read_safetensors
+from zoo.core.hf import load_state, local_dir, read_config, read_safetensors
 from zoo.t5.config import T5Config
 
 # transformers keeps tied aliases of `shared`; this model embeds through `shared` only.

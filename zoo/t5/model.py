@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from core.remat import LayerStack, checkpointed
+from zoo.core.remat import LayerStack, checkpointed
 from zoo.t5.config import T5Config
 
 MASKED = -1e30  # added to the scores of masked keys (finite: no inf - inf in backward)

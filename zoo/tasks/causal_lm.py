@@ -8,9 +8,9 @@ import dataclasses
 import torch
 import torch.nn.functional as F
 
-from core.data import DataConfig, TokenBatches, check_vocab, load_tokenizer
-from core.engine import TrainConfig
-from core.task import Task
+from zoo.core.data import DataConfig, TokenBatches, check_vocab, load_tokenizer
+from zoo.core.engine import TrainConfig
+from zoo.core.task import Task
 
 
 @dataclasses.dataclass

@@ -8,10 +8,10 @@ import dataclasses
 import torch
 import torch.nn.functional as F
 
-from core.engine import TrainConfig
-from core.errors import UserError
-from core.optim import OptimConfig
-from core.task import Task
+from zoo.core.engine import TrainConfig
+from zoo.core.errors import UserError
+from zoo.core.optim import OptimConfig
+from zoo.core.task import Task
 from zoo.tasks.images import (
     MEAN,
     STD,
@@ -119,7 +119,7 @@ def validate(engine) -> float:
     """Top-1 over the whole validation split; one compiled eval graph (fixed shapes)."""
     import torch_xla
 
-    from core.inputs import device_loader
+    from zoo.core.inputs import device_loader
 
     val = engine.data.val
     correct = []

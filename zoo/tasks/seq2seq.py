@@ -18,12 +18,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from core.data import IGNORE_INDEX, EpochOrder, check_vocab, host_rows, load_table
-from core.engine import TrainConfig
-from core.errors import UserError
-from core.inputs import host_batch_size
-from core.optim import OptimConfig
-from core.task import Task
+from zoo.core.data import IGNORE_INDEX, EpochOrder, check_vocab, host_rows, load_table
+from zoo.core.engine import TrainConfig
+from zoo.core.errors import UserError
+from zoo.core.inputs import host_batch_size
+from zoo.core.optim import OptimConfig
+from zoo.core.task import Task
 from zoo.tasks.causal_lm import tokenizer_for, with_token_ids
 
 WORDS = (

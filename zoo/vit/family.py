@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from core.memory import decoder_stack_activation_bytes
+from zoo.core.memory import decoder_stack_activation_bytes
 from zoo.registry import ModelFamily
 from zoo.tasks.image_classification import IMAGE_CLASSIFICATION
 from zoo.vit.config import SIZES, ViTConfig

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from core.hf import load_state, local_dir, read_config, read_safetensors
+from zoo.core.hf import load_state, local_dir, read_config, read_safetensors
 from zoo.vit.config import ViTConfig
 
 LEGACY_NAMES = (

@@ -1,0 +1,1 @@
+"""The Llama family: Hugging Face LlamaForCausalLM names, trained as a causal LM."""
