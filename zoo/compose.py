@@ -80,13 +80,13 @@ def build_engine(model_name: str, overrides: list[str], config_files=(), build_m
 
     `build_model(config, seed)` replaces the family's model (the bench's HF peer)."""
     family, cfg = load_run_config(model_name, overrides, config_files)
-    select_runtime(cfg.tpu)
+    topo = select_runtime(cfg.tpu)
     rules_path = family.preset("sharding", cfg.sharding)
     remat_path = family.preset("remat", cfg.remat)
     if cfg.init_from:
         if family.load_hf is None:
             raise UserError(f"{family.name} cannot load Hugging Face checkpoints (--init-from)")
-        cfg.model = family.config_from_hf(cfg.init_from)
+        cfg = dataclasses.replace(cfg, model=family.config_from_hf(cfg.init_from))
     runtime.configure()
     from zoo.core.remat import RematConfig
     from zoo.core.sharding import ShardingRules
@@ -99,7 +99,7 @@ def build_engine(model_name: str, overrides: list[str], config_files=(), build_m
     from zoo.core.engine import Engine
 
     xr.use_spmd()
-    model = (build_model or family.build)(cfg.model, seed=cfg.seed)
+    model = (build_model or family.build)(family.model_for(cfg.model, topo), seed=cfg.seed)
     if cfg.init_from:
         family.load_hf(model, cfg.init_from)
     engine = Engine(cfg, model, family.task, rules, remat,

@@ -72,6 +72,13 @@ class ModelFamily:
     hf_config: Callable | None = None  # model config -> transformers PretrainedConfig
     config_from_hf: Callable | None = None  # hf_dir -> model config
     load_hf: Callable | None = None  # (model, hf_dir) -> None: load HF weights into the model
+    # (model config, topology) -> model config with the choices that depend on the hardware
+    # made, once, when a run is built (llama: attention=auto -> flash on a TPU)
+    for_slice: Callable | None = None
+
+    def model_for(self, config, topo):
+        """The model config as it is built on `topo` (see `for_slice`)."""
+        return self.for_slice(config, topo) if self.for_slice else config
 
     def preset(self, kind: str, name: str) -> Path:
         path = self.presets_dir / kind / f"{name}.yaml"

@@ -30,7 +30,8 @@ class LlamaConfig:
     max_position_embeddings: int = 8192
     tie_word_embeddings: bool = False
     initializer_range: float = 0.02
-    # "auto": Pallas flash attention on TPU, plain softmax attention elsewhere.
+    # "auto": Pallas flash attention on TPU, plain softmax attention elsewhere, decided when
+    # the run is built (family.for_slice); a model built from "auto" directly runs plain.
     attention: str = "auto"
     bos_token_id: int | None = None
     eos_token_id: int | None = None

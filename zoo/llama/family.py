@@ -1,5 +1,6 @@
 """Registry entry for the Llama family."""
 
+import dataclasses
 from pathlib import Path
 
 from zoo.core.flops import decoder_lm_forward_flops_per_token
@@ -58,6 +59,12 @@ def activation_bytes(
     )
 
 
+def for_slice(config: LlamaConfig, topo) -> LlamaConfig:
+    """`attention=auto` made concrete for the hardware: flash on a TPU, plain elsewhere."""
+    return dataclasses.replace(config, attention="flash" if config.uses_flash(topo.is_tpu)
+                               else "plain")
+
+
 FAMILY = ModelFamily(
     name="llama",
     config_cls=LlamaConfig,
@@ -71,4 +78,5 @@ FAMILY = ModelFamily(
     hf_config=LlamaConfig.to_hf,
     config_from_hf=config_from_hf,
     load_hf=load_hf,
+    for_slice=for_slice,
 )

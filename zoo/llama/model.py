@@ -8,7 +8,6 @@ load directly. No sharding calls and no host syncs: the whole forward is one XLA
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 import torch.nn.functional as F
@@ -64,7 +63,7 @@ class LlamaAttention(nn.Module):
         super().__init__()
         self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
         self.head_dim = config.dim_per_head
-        self.use_flash = config.uses_flash(on_tpu=os.environ.get("PJRT_DEVICE") == "TPU")
+        self.use_flash = config.attention == "flash"
         hidden = config.hidden_size
         self.q_proj = nn.Linear(hidden, self.heads * self.head_dim, bias=False)
         self.k_proj = nn.Linear(hidden, self.kv_heads * self.head_dim, bias=False)
