@@ -50,18 +50,20 @@ def create_command(name, zone, project, dry_run, accelerator, version, spot, pre
     gcloud.run(create(node, accelerator, version, spot, preemptible, data_disk))
 
 
-@tpu.command("setup")
-@node_options
-def setup_command(name, zone, project, dry_run):
-    """Copy this repo to every worker and run setup_vm.sh there."""
-    ops.setup(*target(name, zone, project, dry_run))
+def node_command(command_name: str, operation, help_text: str) -> None:
+    """`zoo tpu COMMAND_NAME NAME`: an operation that needs nothing but the node."""
+
+    @tpu.command(command_name, help=help_text)
+    @node_options
+    def command(name, zone, project, dry_run):
+        operation(*target(name, zone, project, dry_run))
 
 
-@tpu.command("sync")
-@node_options
-def sync_command(name, zone, project, dry_run):
-    """Copy local changes to every worker (not .git, .venv, runs, checkpoints, data)."""
-    ops.sync(*target(name, zone, project, dry_run))
+node_command("setup", ops.setup, "Copy this repo to every worker and run setup_vm.sh there.")
+node_command("sync", ops.sync,
+             "Copy local changes to every worker (not .git, .venv, runs, checkpoints, data).")
+node_command("stop", ops.stop,
+             "End the processes `zoo tpu run` started (by their recorded ids), on every worker.")
 
 
 @tpu.command("run", context_settings={"ignore_unknown_options": True})
@@ -79,13 +81,6 @@ def run_command(name, zone, project, dry_run, command):
 def logs_command(name, zone, project, dry_run, worker, follow):
     """Print a worker's run log."""
     ops.logs(*target(name, zone, project, dry_run), worker, follow)
-
-
-@tpu.command("stop")
-@node_options
-def stop_command(name, zone, project, dry_run):
-    """End the processes `zoo tpu run` started (by their recorded ids), on every worker."""
-    ops.stop(*target(name, zone, project, dry_run))
 
 
 @tpu.command("status")

@@ -59,7 +59,7 @@ class ModelFamily:
     name: str
     config_cls: type  # dataclass of architecture hyper-parameters
     sizes: dict  # size name -> config instance; "tiny" is the one the tests train
-    build: Callable  # (config, init=True, seed=0) -> nn.Module (weights initialised)
+    model_cls: type  # nn.Module built from a config; `init_weights(seed)` initialises it
     task: Task  # what its models are trained for (zoo/tasks): data, loss, export extras, eval
     presets_dir: Path  # holds sharding/*.yaml and remat/*.yaml
     # The callables below take a run config (task.config_cls + `model`: the architecture).
@@ -75,6 +75,14 @@ class ModelFamily:
     # (model config, topology) -> model config with the choices that depend on the hardware
     # made, once, when a run is built (llama: attention=auto -> flash on a TPU)
     for_slice: Callable | None = None
+
+    def build(self, config, init: bool = True, seed: int = 0):
+        """The model for `config`, weights initialised from `seed` (or left as allocated:
+        under torch.device("meta") nothing is allocated at all)."""
+        model = self.model_cls(config)
+        if init:
+            model.init_weights(seed)
+        return model
 
     def model_for(self, config, topo):
         """The model config as it is built on `topo` (see `for_slice`)."""

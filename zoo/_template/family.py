@@ -11,13 +11,6 @@ from .config import SIZES, MyModelConfig
 from .model import MyModelForCausalLM
 
 
-def build(config: MyModelConfig, init: bool = True, seed: int = 0) -> MyModelForCausalLM:
-    model = MyModelForCausalLM(config)
-    if init:
-        model.init_weights(seed)
-    return model
-
-
 def forward_flops(run, causal: bool = True) -> float:
     """Forward matmul FLOPs per token (the position embedding is a lookup, not a matmul)."""
     config = run.model
@@ -55,7 +48,7 @@ FAMILY = ModelFamily(
     name="mymodel",
     config_cls=MyModelConfig,
     sizes=SIZES,
-    build=build,
+    model_cls=MyModelForCausalLM,
     task=CAUSAL_LM,
     presets_dir=Path(__file__).parent,
     forward_flops=forward_flops,

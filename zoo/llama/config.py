@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from zoo.core.hf import same_named
+
 
 @dataclasses.dataclass
 class RopeScaling:
@@ -62,21 +64,13 @@ class LlamaConfig:
         if self.rope_scaling:
             rope = {**rope, "rope_type": "llama3", **dataclasses.asdict(self.rope_scaling)}
         return HFLlamaConfig(
-            vocab_size=self.vocab_size,
-            hidden_size=self.hidden_size,
-            intermediate_size=self.intermediate_size,
-            num_hidden_layers=self.num_hidden_layers,
-            num_attention_heads=self.num_attention_heads,
+            **same_named(self, HF_SAME_NAMES),
             num_key_value_heads=self.num_key_value_heads,
             head_dim=self.dim_per_head,
-            rms_norm_eps=self.rms_norm_eps,
             rope_parameters=rope,
-            max_position_embeddings=self.max_position_embeddings,
             tie_word_embeddings=self.tie_word_embeddings,
             initializer_range=self.initializer_range,
-            bos_token_id=self.bos_token_id,
             eos_token_id=self.eos_token_id,
-            pad_token_id=self.pad_token_id,
             attention_bias=False,
             mlp_bias=False,
         )
@@ -94,22 +88,20 @@ class LlamaConfig:
             raise ValueError(f"unsupported rope type {rope.get('rope_type')!r}: default or llama3")
         eos = hf.eos_token_id[0] if isinstance(hf.eos_token_id, list) else hf.eos_token_id
         return cls(
-            vocab_size=hf.vocab_size,
-            hidden_size=hf.hidden_size,
-            intermediate_size=hf.intermediate_size,
-            num_hidden_layers=hf.num_hidden_layers,
-            num_attention_heads=hf.num_attention_heads,
+            **same_named(hf, HF_SAME_NAMES),
             num_key_value_heads=hf.num_key_value_heads or hf.num_attention_heads,
             head_dim=getattr(hf, "head_dim", None),
-            rms_norm_eps=hf.rms_norm_eps,
             rope_theta=float(theta),
             rope_scaling=scaling,
-            max_position_embeddings=hf.max_position_embeddings,
             tie_word_embeddings=bool(hf.tie_word_embeddings),
-            bos_token_id=hf.bos_token_id,
             eos_token_id=eos,
-            pad_token_id=hf.pad_token_id,
         )
+
+
+# Fields with the same name and meaning in transformers' LlamaConfig; the rest are converted.
+HF_SAME_NAMES = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                 "num_attention_heads", "rms_norm_eps", "max_position_embeddings",
+                 "bos_token_id", "pad_token_id")
 
 
 def _llama3(hidden, intermediate, layers, heads, head_dim, tied, rope_factor) -> LlamaConfig:

@@ -12,13 +12,6 @@ from zoo.registry import ModelFamily
 from zoo.tasks.causal_lm import CAUSAL_LM
 
 
-def build(config: LlamaConfig, init: bool = True, seed: int = 0) -> LlamaForCausalLM:
-    model = LlamaForCausalLM(config)
-    if init:
-        model.init_weights(seed)
-    return model
-
-
 def forward_flops(run, causal: bool = True) -> float:
     """Forward matmul FLOPs per token at the run's sequence length."""
     config = run.model
@@ -69,7 +62,7 @@ FAMILY = ModelFamily(
     name="llama",
     config_cls=LlamaConfig,
     sizes=SIZES,
-    build=build,
+    model_cls=LlamaForCausalLM,
     task=CAUSAL_LM,
     presets_dir=Path(__file__).parent,
     forward_flops=forward_flops,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from zoo.core.hf import same_named
+
 
 @dataclasses.dataclass
 class T5Config:
@@ -28,22 +30,10 @@ class T5Config:
         from transformers import T5Config as HFT5Config
 
         return HFT5Config(
-            vocab_size=self.vocab_size,
-            d_model=self.d_model,
-            d_kv=self.d_kv,
-            d_ff=self.d_ff,
-            num_layers=self.num_layers,
-            num_decoder_layers=self.num_decoder_layers,
-            num_heads=self.num_heads,
-            relative_attention_num_buckets=self.relative_attention_num_buckets,
-            relative_attention_max_distance=self.relative_attention_max_distance,
-            layer_norm_epsilon=self.layer_norm_epsilon,
-            initializer_factor=self.initializer_factor,
+            **same_named(self, HF_SAME_NAMES),
             feed_forward_proj="gated-gelu",
             tie_word_embeddings=False,
             dropout_rate=0.0,
-            pad_token_id=self.pad_token_id,
-            eos_token_id=self.eos_token_id,
             decoder_start_token_id=self.pad_token_id,
         )
 
@@ -55,21 +45,11 @@ class T5Config:
             raise ValueError(
                 "only T5 v1.1 style checkpoints (gated-gelu, untied LM head) are supported"
             )
-        return cls(
-            vocab_size=hf.vocab_size,
-            d_model=hf.d_model,
-            d_kv=hf.d_kv,
-            d_ff=hf.d_ff,
-            num_layers=hf.num_layers,
-            num_decoder_layers=hf.num_decoder_layers,
-            num_heads=hf.num_heads,
-            relative_attention_num_buckets=hf.relative_attention_num_buckets,
-            relative_attention_max_distance=hf.relative_attention_max_distance,
-            layer_norm_epsilon=hf.layer_norm_epsilon,
-            initializer_factor=hf.initializer_factor,
-            pad_token_id=hf.pad_token_id,
-            eos_token_id=hf.eos_token_id,
-        )
+        return cls(**same_named(hf, HF_SAME_NAMES))
+
+
+# Every field but bos_token_id has the same name and meaning in transformers' T5Config.
+HF_SAME_NAMES = tuple(f.name for f in dataclasses.fields(T5Config) if f.name != "bos_token_id")
 
 
 def _v1_1(d_model: int, d_ff: int, layers: int, heads: int) -> T5Config:

@@ -10,13 +10,6 @@ from zoo.t5.model import T5ForConditionalGeneration
 from zoo.tasks.seq2seq import SEQ2SEQ
 
 
-def build(config: T5Config, init: bool = True, seed: int = 0) -> T5ForConditionalGeneration:
-    model = T5ForConditionalGeneration(config)
-    if init:
-        model.init_weights(seed)
-    return model
-
-
 def forward_flops(run, causal: bool = True) -> float:
     """Forward matmul FLOPs per target token (the trainer's item), at the run's source and
     target lengths: encoder over the source, decoder self-attention over the target (causal
@@ -61,7 +54,7 @@ FAMILY = ModelFamily(
     name="t5",
     config_cls=T5Config,
     sizes=SIZES,
-    build=build,
+    model_cls=T5ForConditionalGeneration,
     task=SEQ2SEQ,
     presets_dir=Path(__file__).parent,
     forward_flops=forward_flops,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from zoo.core.hf import same_named
+
 
 @dataclasses.dataclass
 class ViTConfig:
@@ -42,17 +44,9 @@ class ViTConfig:
 
         names = self.labels or [f"LABEL_{i}" for i in range(self.num_labels)]
         return HFViTConfig(
-            image_size=self.image_size,
-            patch_size=self.patch_size,
-            num_channels=self.num_channels,
-            hidden_size=self.hidden_size,
-            num_hidden_layers=self.num_hidden_layers,
-            num_attention_heads=self.num_attention_heads,
-            intermediate_size=self.intermediate_size,
+            **same_named(self, HF_SAME_NAMES),
             hidden_act="gelu",
-            layer_norm_eps=self.layer_norm_eps,
             qkv_bias=True,
-            initializer_range=self.initializer_range,
             id2label=dict(enumerate(names)),
             label2id={name: i for i, name in enumerate(names)},
         )
@@ -63,18 +57,16 @@ class ViTConfig:
             raise ValueError("only ViTs with exact GELU and qkv biases are supported")
         labels = [hf.id2label[i] for i in range(hf.num_labels)] if hf.id2label else []
         return cls(
-            image_size=hf.image_size,
-            patch_size=hf.patch_size,
-            num_channels=hf.num_channels,
-            hidden_size=hf.hidden_size,
-            num_hidden_layers=hf.num_hidden_layers,
-            num_attention_heads=hf.num_attention_heads,
-            intermediate_size=hf.intermediate_size,
-            layer_norm_eps=hf.layer_norm_eps,
+            **same_named(hf, HF_SAME_NAMES),
             num_labels=hf.num_labels,
             labels=[] if all(n.startswith("LABEL_") for n in labels) else labels,
-            initializer_range=hf.initializer_range,
         )
+
+
+# Fields with the same name and meaning in transformers' ViTConfig (labels travel as id2label).
+HF_SAME_NAMES = tuple(
+    f.name for f in dataclasses.fields(ViTConfig) if f.name not in ("labels", "num_labels")
+)
 
 
 def _imagenet(hidden: int, layers: int, heads: int, patch: int) -> ViTConfig:

@@ -10,13 +10,6 @@ from zoo.vit.hf import config_from_hf, load_hf
 from zoo.vit.model import ViTForImageClassification
 
 
-def build(config: ViTConfig, init: bool = True, seed: int = 0) -> ViTForImageClassification:
-    model = ViTForImageClassification(config)
-    if init:
-        model.init_weights(seed)
-    return model
-
-
 def forward_flops(run, causal: bool = True) -> float:
     """Forward matmul FLOPs per image. Attention is over all patches + the class token in
     both directions, so `causal` changes nothing (no half-matrix convention applies)."""
@@ -51,7 +44,7 @@ FAMILY = ModelFamily(
     name="vit",
     config_cls=ViTConfig,
     sizes=SIZES,
-    build=build,
+    model_cls=ViTForImageClassification,
     task=IMAGE_CLASSIFICATION,
     presets_dir=Path(__file__).parent,
     forward_flops=forward_flops,
