@@ -9,25 +9,17 @@ from __future__ import annotations
 
 import time
 
+from zoo.core.decoder_shape import DecoderShape
 
-def decoder_lm_forward_flops_per_token(
-    *,
-    layers: int,
-    hidden: int,
-    heads: int,
-    kv_heads: int,
-    head_dim: int,
-    intermediate: int,
-    vocab: int,
-    seq_len: int,
-    gated_mlp: bool = True,
-    causal: bool = True,
-) -> float:
+
+def decoder_lm_forward_flops_per_token(shape: DecoderShape, seq_len: int,
+                                       causal: bool = True) -> float:
     """Forward matmul FLOPs per token of a decoder LM (2 FLOPs per multiply-add)."""
-    attn_proj = hidden * head_dim * (2 * heads + 2 * kv_heads)  # q, o and k, v projections
-    mlp = hidden * intermediate * (3 if gated_mlp else 2)
-    weights = layers * (attn_proj + mlp) + hidden * vocab  # + LM head
-    attention = layers * 2 * seq_len * heads * head_dim  # scores and values
+    s, head_dim = shape, shape.dim_per_head
+    attn_proj = s.hidden * head_dim * (2 * s.heads + 2 * s.kv)  # q, o and k, v projections
+    mlp = s.hidden * s.mlp_width * (3 if s.gated_mlp else 2)
+    weights = s.layers * (attn_proj + mlp) + s.hidden * s.vocab  # + LM head
+    attention = s.layers * 2 * seq_len * s.heads * head_dim  # scores and values
     if causal:
         attention /= 2
     return 2.0 * (weights + attention)

@@ -9,6 +9,8 @@ fusion and scheduling change the real peak.
 
 from __future__ import annotations
 
+from zoo.core.decoder_shape import DecoderShape
+
 
 def decoder_layer_activation_bytes(
     *,
@@ -28,32 +30,23 @@ def decoder_layer_activation_bytes(
 
 
 def decoder_stack_activation_bytes(
+    shape: DecoderShape,
     *,
-    layers: int,
     seq: int,
     batch: int,
-    hidden: int,
-    heads: int,
-    vocab: int,
     tensor: int,
     remat: bool,
     bytes_per_value: int,
     flash: bool,
 ) -> dict[str, float]:
     """{'activations': ..., 'logits': ...} for a decoder LM under a remat choice."""
-    layer = decoder_layer_activation_bytes(
-        seq=seq,
-        batch=batch,
-        hidden=hidden,
-        heads=heads,
-        tensor=tensor,
-        bytes_per_value=bytes_per_value,
-        flash=flash,
-    )
+    layer = decoder_layer_activation_bytes(seq=seq, batch=batch, hidden=shape.hidden,
+                                           heads=shape.heads, tensor=tensor,
+                                           bytes_per_value=bytes_per_value, flash=flash)
     if remat:  # keep each layer's input; recompute one layer at a time in backward
-        stack = layers * seq * batch * hidden * bytes_per_value + layer
+        stack = shape.layers * seq * batch * shape.hidden * bytes_per_value + layer
     else:
-        stack = layers * layer
+        stack = shape.layers * layer
     # fp32 logits and their gradient for the loss, vocab split over tensor
-    logits = 2 * seq * batch * vocab * 4 / tensor
+    logits = 2 * seq * batch * shape.vocab * 4 / tensor
     return {"activations": stack, "logits": logits}

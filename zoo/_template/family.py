@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+from zoo.core.decoder_shape import DecoderShape
 from zoo.core.flops import decoder_lm_forward_flops_per_token
 from zoo.core.memory import decoder_stack_activation_bytes
 from zoo.registry import ModelFamily
@@ -11,37 +12,21 @@ from .config import SIZES, MyModelConfig
 from .model import MyModelForCausalLM
 
 
+def decoder_shape(config: MyModelConfig) -> DecoderShape:
+    return DecoderShape(layers=config.num_layers, hidden=config.hidden_size,
+                        heads=config.num_heads, vocab=config.vocab_size,
+                        intermediate=config.mlp_ratio * config.hidden_size, gated_mlp=False)
+
+
 def forward_flops(run, causal: bool = True) -> float:
     """Forward matmul FLOPs per token (the position embedding is a lookup, not a matmul)."""
-    config = run.model
-    return decoder_lm_forward_flops_per_token(
-        layers=config.num_layers,
-        hidden=config.hidden_size,
-        heads=config.num_heads,
-        kv_heads=config.num_heads,
-        head_dim=config.hidden_size // config.num_heads,
-        intermediate=config.mlp_ratio * config.hidden_size,
-        vocab=config.vocab_size,
-        seq_len=run.seq_len,
-        gated_mlp=False,
-        causal=causal,
-    )
+    return decoder_lm_forward_flops_per_token(decoder_shape(run.model), run.seq_len, causal)
 
 
 def activation_bytes(run, batch_per_device, tensor, remat, bytes_per_value, on_tpu):
-    config = run.model
     return decoder_stack_activation_bytes(
-        layers=config.num_layers,
-        seq=run.seq_len,
-        batch=batch_per_device,
-        hidden=config.hidden_size,
-        heads=config.num_heads,
-        vocab=config.vocab_size,
-        tensor=tensor,
-        remat=remat,
-        bytes_per_value=bytes_per_value,
-        flash=False,
-    )
+        decoder_shape(run.model), seq=run.seq_len, batch=batch_per_device, tensor=tensor,
+        remat=remat, bytes_per_value=bytes_per_value, flash=False)
 
 
 FAMILY = ModelFamily(

@@ -3,6 +3,7 @@
 import dataclasses
 from pathlib import Path
 
+from zoo.core.decoder_shape import DecoderShape
 from zoo.core.flops import decoder_lm_forward_flops_per_token
 from zoo.core.memory import decoder_stack_activation_bytes
 from zoo.llama.config import SIZES, LlamaConfig
@@ -12,44 +13,22 @@ from zoo.registry import ModelFamily
 from zoo.tasks.causal_lm import CAUSAL_LM
 
 
+def decoder_shape(config: LlamaConfig) -> DecoderShape:
+    return DecoderShape(layers=config.num_hidden_layers, hidden=config.hidden_size,
+                        heads=config.num_attention_heads, vocab=config.vocab_size,
+                        kv_heads=config.num_key_value_heads, head_dim=config.dim_per_head,
+                        intermediate=config.intermediate_size)
+
+
 def forward_flops(run, causal: bool = True) -> float:
     """Forward matmul FLOPs per token at the run's sequence length."""
-    config = run.model
-    return decoder_lm_forward_flops_per_token(
-        layers=config.num_hidden_layers,
-        hidden=config.hidden_size,
-        heads=config.num_attention_heads,
-        kv_heads=config.num_key_value_heads,
-        head_dim=config.dim_per_head,
-        intermediate=config.intermediate_size,
-        vocab=config.vocab_size,
-        seq_len=run.seq_len,
-        causal=causal,
-    )
+    return decoder_lm_forward_flops_per_token(decoder_shape(run.model), run.seq_len, causal)
 
 
-def activation_bytes(
-    run,
-    batch_per_device: int,
-    tensor: int,
-    remat: bool,
-    bytes_per_value: int,
-    on_tpu: bool,
-) -> dict[str, float]:
-    config = run.model
-    flash = config.uses_flash(on_tpu)
+def activation_bytes(run, batch_per_device, tensor, remat, bytes_per_value, on_tpu):
     return decoder_stack_activation_bytes(
-        layers=config.num_hidden_layers,
-        seq=run.seq_len,
-        batch=batch_per_device,
-        hidden=config.hidden_size,
-        heads=config.num_attention_heads,
-        vocab=config.vocab_size,
-        tensor=tensor,
-        remat=remat,
-        bytes_per_value=bytes_per_value,
-        flash=flash,
-    )
+        decoder_shape(run.model), seq=run.seq_len, batch=batch_per_device, tensor=tensor,
+        remat=remat, bytes_per_value=bytes_per_value, flash=run.model.uses_flash(on_tpu))
 
 
 def for_slice(config: LlamaConfig, topo) -> LlamaConfig:

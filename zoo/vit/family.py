@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+from zoo.core.decoder_shape import DecoderShape
 from zoo.core.memory import decoder_stack_activation_bytes
 from zoo.registry import ModelFamily
 from zoo.tasks.image_classification import IMAGE_CLASSIFICATION
@@ -26,18 +27,11 @@ def activation_bytes(run, batch_per_device, tensor, remat, bytes_per_value, on_t
     """The decoder-layer estimate (core/memory.py) over patches + class token; the "logits"
     term then over-counts (every token instead of the class token), which is negligible."""
     c = run.model
+    shape = DecoderShape(layers=c.num_hidden_layers, hidden=c.hidden_size,
+                         heads=c.num_attention_heads, vocab=c.num_labels)
     return decoder_stack_activation_bytes(
-        layers=c.num_hidden_layers,
-        seq=c.num_patches + 1,
-        batch=batch_per_device,
-        hidden=c.hidden_size,
-        heads=c.num_attention_heads,
-        vocab=c.num_labels,
-        tensor=tensor,
-        remat=remat,
-        bytes_per_value=bytes_per_value,
-        flash=False,
-    )
+        shape, seq=c.num_patches + 1, batch=batch_per_device, tensor=tensor, remat=remat,
+        bytes_per_value=bytes_per_value, flash=False)
 
 
 FAMILY = ModelFamily(
