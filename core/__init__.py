@@ -1,1 +1,2 @@
-"""zoo's model-agnostic runtime: topology, mesh, sharding rules, remat/scan, config."""
+"""zoo's runtime, knowing no model or task: topology, mesh, sharding rules, remat/scan, the
+training engine, checkpoints, metrics, config, the TPU compiler."""

@@ -1,1 +1,1 @@
-"""Checkpoints out of the trainer: Hugging Face export and lm-eval evaluation."""
+"""Checkpoints out of training: Hugging Face export and lm-eval evaluation."""

@@ -1,1 +1,3 @@
-"""zoo: reference models (llama, t5, vit) on the shared core runtime: registry, train, plan."""
+"""zoo: model families (llama, t5, vit) and kinds of training (zoo.tasks) on the shared runtime
+(zoo.core); runs are composed, planned and found here. The repo's other folders install into
+this namespace too: zoo.core, zoo.eval, zoo.benchmarks, zoo.tools."""
