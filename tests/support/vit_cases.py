@@ -1,4 +1,5 @@
-"""The ViT configuration and batch that tests/test_vit.py and tests/preset_worker.py share."""
+"""The ViT configuration and batch that tests/multidevice/test_vit_presets.py and
+tests/support/preset_worker.py share."""
 
 import torch
 import torch.nn.functional as F
@@ -9,6 +10,7 @@ from zoo.vit.family import FAMILY  # noqa: F401 (the worker reads it)
 
 CONFIG = ViTConfig(image_size=16, patch_size=4, hidden_size=32, num_hidden_layers=2,
                    num_attention_heads=4, intermediate_size=64, num_labels=5)
+PARITY_CONFIGS = {"vit": CONFIG}
 MESHES = {"fsdp": MeshConfig(), "fsdp_tensor": MeshConfig(tensor=2)}
 REMATS = ["none", "checkpoint", "scan", "scan_checkpoint"]
 

@@ -15,13 +15,12 @@ import dataclasses
 import functools
 import inspect
 import math
-from pathlib import Path
 
 import pytest
 import torch
-from conformance_worker import mesh_for, preset_names
-from xla_harness import assert_same_loss_and_grads, run_workers
 
+from tests.support.conformance_worker import mesh_for, preset_names
+from tests.support.xla_harness import assert_same_loss_and_grads, run_workers
 from zoo.compose import load_run_config
 from zoo.core import config as config_lib
 from zoo.core.mesh import resolve_axis_sizes
@@ -29,7 +28,6 @@ from zoo.core.remat import RematConfig, apply_remat
 from zoo.core.sharding import ShardingError, ShardingRules, match_activations, plan_params
 from zoo.registry import FAMILIES, family
 
-HERE = Path(__file__).resolve().parent
 SIZES = [(name, size) for name in FAMILIES for size in family(name).sizes]
 PRESETS = [(name, p) for name in FAMILIES for p in preset_names(family(name))]
 REMATS = [
@@ -105,7 +103,8 @@ def worker_runs(tmp_path_factory):
     def runs(name: str) -> dict:
         if name not in cache:
             out = tmp_path_factory.mktemp(f"conformance-{name}")
-            results = run_workers(HERE / "conformance_worker.py", (1, 4), out, args=[name])
+            results = run_workers("tests.support.conformance_worker", (1, 4), out,
+                                  args=[name])
             cache[name] = {**results, "dir": out / f"run-{name}"}
         return cache[name]
 

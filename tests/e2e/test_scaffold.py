@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.paths import ROOT
 from zoo import scaffold
 from zoo.core.errors import UserError
 
-HERE = Path(__file__).resolve().parent
+CONFORMANCE = ROOT / "tests" / "multidevice" / "test_conformance.py"
 
 
 def conformance(ext: Path, name: str, selection: str):
@@ -19,8 +20,8 @@ def conformance(ext: Path, name: str, selection: str):
            "TF_CPP_MIN_LOG_LEVEL": "2"}
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-         str(HERE / "test_conformance.py"), "-k", selection],
-        env=env, capture_output=True, text=True, timeout=900, cwd=HERE.parent,
+         str(CONFORMANCE), "-k", selection],
+        env=env, capture_output=True, text=True, timeout=900, cwd=ROOT,
     )
 
 

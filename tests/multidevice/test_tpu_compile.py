@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.paths import ROOT
 from zoo.core.topology import parse
 from zoo.core.tpu_compile import (
     compile_target,
@@ -24,7 +25,7 @@ from zoo.core.tpu_compile import (
     parse_out_of_memory,
 )
 
-WORKER = Path(__file__).parent / "compile_worker.py"
+WORKER = "tests.support.compile_worker"
 FAMILIES = ("llama", "t5", "vit")
 SHARDINGS = {"fsdp": [], "fsdp_tensor": ["mesh.tensor=2"]}
 REMATS = ("none", "checkpoint", "scan", "scan_checkpoint")
@@ -48,7 +49,7 @@ def compile_cases(jobs: list[tuple[str, list]], out_dir: Path, timeout: int = 18
     for index, (slice_type, cases) in enumerate(jobs):
         out = out_dir / f"{index}-{slice_type}.json"
         procs.append((slice_type, out, subprocess.Popen(
-            [sys.executable, str(WORKER), str(out), slice_type, json.dumps(cases)],
+            [sys.executable, "-m", WORKER, str(out), slice_type, json.dumps(cases)], cwd=ROOT,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
     results = {}
     for slice_type, out, proc in procs:

@@ -1,7 +1,8 @@
 """Shared pieces of the multi-device tests.
 
-The PJRT device count is fixed per process, so each device count runs a worker script in its
-own process (in parallel) and the tests compare the saved results.
+The PJRT device count is fixed per process, so each device count runs a worker module
+(tests.support.*_worker) in its own process (in parallel) and the tests compare the saved
+results.
 """
 
 import os
@@ -11,6 +12,8 @@ from pathlib import Path
 
 import torch
 
+from tests.support.paths import ROOT
+
 
 def xla_cpu_env(devices: int) -> dict:
     """Environment for a child process with `devices` virtual XLA CPU devices."""
@@ -18,19 +21,20 @@ def xla_cpu_env(devices: int) -> dict:
             "TF_CPP_MIN_LOG_LEVEL": "2"}
 
 
-def run_workers(script: Path, device_counts, out_dir: Path, timeout: int = 900,
+def run_workers(module: str, device_counts, out_dir: Path, timeout: int = 900,
                 args=()) -> dict:
-    """Run `python script OUT.pt *args` once per device count; returns {count: results}."""
+    """Run `python -m module OUT.pt *args` from the repo root once per device count; returns
+    {count: results}."""
     procs = {}
     for n in device_counts:
-        command = [sys.executable, str(script), str(out_dir / f"{n}.pt"), *args]
-        procs[n] = subprocess.Popen(command,
+        command = [sys.executable, "-m", module, str(out_dir / f"{n}.pt"), *args]
+        procs[n] = subprocess.Popen(command, cwd=ROOT,
                                     env=xla_cpu_env(n), stdout=subprocess.PIPE,
                                     stderr=subprocess.STDOUT, text=True)
     results = {}
     for n, proc in procs.items():
         log, _ = proc.communicate(timeout=timeout)
-        assert proc.returncode == 0, f"{script.name} on {n} devices failed:\n{log[-3000:]}"
+        assert proc.returncode == 0, f"{module} on {n} devices failed:\n{log[-3000:]}"
         results[n] = torch.load(out_dir / f"{n}.pt", weights_only=False)
     return results
 

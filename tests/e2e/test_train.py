@@ -1,36 +1,17 @@
 """`zoo train` end to end on XLA:CPU: outputs, resume after SIGKILL, SIGTERM, bad input."""
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
+from tests.support.runs import kill_after_first_checkpoint_then_rerun, losses, popen_zoo, zoo
+
 # A smaller llama-tiny so each run takes seconds.
 SMALL = ["model.num_hidden_layers=2", "seq_len=64", "log_every=1", "optim.lr=1e-3"]
-
-
-def zoo_command(*args):
-    return [sys.executable, "-c", "from zoo.tools.cli import main; main()", *args]
-
-
-def env():
-    return {**os.environ, "PYTHONPATH": str(HERE), "TF_CPP_MIN_LOG_LEVEL": "2"}
-
-
-def zoo(*args, timeout=600):
-    return subprocess.run(zoo_command(*args), env=env(), capture_output=True, text=True,
-                          timeout=timeout)
-
-
-def losses(run: Path) -> dict[int, float]:
-    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    return {r["step"]: r["loss"] for r in records if "loss" in r}  # not eval records
 
 
 def checkpoints(run: Path) -> list[str]:
@@ -61,31 +42,6 @@ def test_run_writes_metrics_config_and_checkpoints(reference_run):
     assert "done: steps 1-12" in result.stdout and "sample: " in result.stdout
 
 
-def trained_run(tmp_path_factory, args: list[str]) -> Path:
-    """The run folder of `zoo train *args`, which must succeed."""
-    out = tmp_path_factory.mktemp(args[0]) / "run"
-    result = zoo("train", *args, "--out", str(out))
-    assert result.returncode == 0, result.stderr[-3000:]
-    return out
-
-
-def kill_after_first_checkpoint_then_rerun(args: list[str], out: Path, first: int):
-    """Start `zoo train *args --out OUT`, SIGKILL it once checkpoint `first` exists, rerun it
-    to the end; returns the rerun's result."""
-    proc = subprocess.Popen(zoo_command("train", *args, "--out", str(out)), env=env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 300
-    while not (out / "checkpoints" / f"step-{first:08d}").exists():
-        assert proc.poll() is None and time.time() < deadline, f"run ended before step {first}"
-        time.sleep(0.2)
-    proc.kill()
-    proc.wait()
-    resumed = zoo("train", *args, "--out", str(out))
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "resuming from step" in resumed.stdout
-    return resumed
-
-
 def test_sigkill_then_rerun_resumes_with_identical_losses(reference_run, tmp_path):
     out = tmp_path / "run"
     args = ["llama-tiny", "--tpu", "cpu-4", "--steps", "12", "checkpoint_every=4", *SMALL]
@@ -96,10 +52,9 @@ def test_sigkill_then_rerun_resumes_with_identical_losses(reference_run, tmp_pat
 
 def test_sigterm_saves_and_exits_cleanly(tmp_path):
     out = tmp_path / "run"
-    args = zoo_command("train", "llama-tiny", "--tpu", "cpu-1", "--steps", "500", "--out",
-                       str(out), "checkpoint_every=1000", *SMALL)
-    proc = subprocess.Popen(args, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    proc = popen_zoo("train", "llama-tiny", "--tpu", "cpu-1", "--steps", "500", "--out",
+                     str(out), "checkpoint_every=1000", *SMALL, stdout=subprocess.PIPE,
+                     stderr=subprocess.STDOUT, text=True)
     deadline = time.time() + 300
     while not (out / "metrics.jsonl").exists() or len(losses(out)) < 3:
         assert proc.poll() is None and time.time() < deadline
@@ -117,8 +72,8 @@ def test_custom_optimizer_metrics_reach_jsonl_and_offline_wandb(tmp_path, monkey
     monkeypatch.delenv("WANDB_MODE", raising=False)
     out = tmp_path / "run"
     result = zoo("train", "llama-tiny", "--tpu", "cpu-1", "--steps", "3", "--out", str(out),
-                 "optim.name=custom_optim:SGDWithUpdateNorm", "data.source=synthetic",
-                 "wandb.project=zoo-test", *SMALL)
+                 "optim.name=tests.support.custom_optim:SGDWithUpdateNorm",
+                 "data.source=synthetic", "wandb.project=zoo-test", *SMALL)
     assert result.returncode == 0, result.stderr[-3000:]
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert all(r["update_norm"] > 0 for r in records)

@@ -1,6 +1,6 @@
-"""The device-side half of the conformance suite (tests/test_conformance.py), for the tiny
-size of each family named on the command line, on however many XLA CPU devices this process
-has:
+"""The device-side half of the conformance suite (tests/multidevice/test_conformance.py),
+for the tiny size of each family named on the command line, on however many XLA CPU devices
+this process has:
 
 - forward + backward of the family's own training loss on its example batch under every
   sharding preset (remat none): loss, gradients and actual shards, compared across device
@@ -9,21 +9,20 @@ has:
   checkpoint, then a fresh trainer that resumes from it: the restored weights and optimizer
   state must equal the saved ones. The run folder is kept for the HF export test.
 
-Usage: python tests/conformance_worker.py OUT.pt FAMILY [FAMILY ...]
+Usage (from the repo root):
+    python -m tests.support.conformance_worker OUT.pt FAMILY [FAMILY ...]
 """
 
 import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("PJRT_DEVICE", "CPU")
 
 import torch  # noqa: E402
 import torch_xla.runtime as xr  # noqa: E402
-from xla_harness import sharded_loss_and_grads  # noqa: E402
 
+from tests.support.xla_harness import sharded_loss_and_grads  # noqa: E402
 from zoo.compose import build_engine, load_run_config  # noqa: E402
 from zoo.core import config as config_lib  # noqa: E402
 from zoo.core.mesh import MeshConfig  # noqa: E402

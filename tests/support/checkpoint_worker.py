@@ -7,30 +7,29 @@ restores. It then prints "ready" and reads one line from stdin: another worker's
 directory (saved on a different device count) to restore and continue from (phase 2), or
 "-" to skip. Results go to OUT/phase1-N.pt and OUT/phase2-N.pt; logs go to stderr.
 
-Usage: python tests/checkpoint_worker.py OUT
+Usage (from the repo root): python -m tests.support.checkpoint_worker OUT
 """
 
 import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("PJRT_DEVICE", "CPU")
 
 import torch  # noqa: E402
 import torch_xla  # noqa: E402
 import torch_xla.core.xla_model as xm  # noqa: E402
 import torch_xla.runtime as xr  # noqa: E402
-from toy_model import DIM, SEQ, VOCAB, ToyModel  # noqa: E402
 
+from tests.support.paths import DATA  # noqa: E402
+from tests.support.toy_model import DIM, SEQ, VOCAB, ToyModel  # noqa: E402
 from zoo.core.checkpoint import Checkpointer  # noqa: E402
 from zoo.core.errors import UserError  # noqa: E402
 from zoo.core.inputs import shard_batch  # noqa: E402
 from zoo.core.mesh import MeshConfig, build_mesh  # noqa: E402
 from zoo.core.sharding import ShardingRules, shard_model  # noqa: E402
 
-RULES = Path(__file__).resolve().parent / "data" / "toy_fsdp.yaml"
+RULES = DATA / "toy_fsdp.yaml"
 STEPS, RESTORE_STEP, BATCH = 6, 4, 8
 
 

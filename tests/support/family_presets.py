@@ -1,19 +1,18 @@
-"""The preset tests every non-LM family shares (test_t5.py, test_vit.py): parity with
-transformers on eager CPU and on 1 XLA CPU device (scan off and on), and every sharding x
-remat preset on 8 devices against 1. A family subclasses `FamilyPresetTests`, names its
-cases module (see preset_worker.py) and tolerances, and provides a module-level `reference`
-fixture: transformers' loss, logits and gradients for the cases' weights and batch."""
-
-from pathlib import Path
+"""The preset tests every family shares (tests/multidevice/test_llama_presets.py,
+test_t5_presets.py, test_vit_presets.py): parity with transformers for each of the cases'
+PARITY_CONFIGS on eager CPU and on 1 XLA CPU device (scan off and on), and every sharding x
+remat preset of the cases' CONFIG on 8 devices against 1. A family subclasses
+`FamilyPresetTests`, names its cases module (see preset_worker.py) and tolerances, and
+implements `hf_reference(config)`: transformers' loss, logits and gradients for the weights
+`FAMILY.build(config, seed=0)` and the cases' batch."""
 
 import pytest
 import torch
-from preset_worker import remat_preset
-from xla_harness import assert_same_loss_and_grads, run_workers
 
+from tests.support.preset_worker import BASELINE, remat_preset
+from tests.support.xla_harness import assert_same_loss_and_grads, run_workers
 from zoo.core.remat import apply_remat
 
-HERE = Path(__file__).resolve().parent
 # fp32: XLA:CPU fuses and reorders more than eager CPU, which runs transformers' kernels.
 XLA_TOL = {"rtol": 1e-4, "atol": 1e-5}
 
@@ -25,7 +24,14 @@ class FamilyPresetTests:
     # rematerialises by min-cut instead
     barrier_remats = ("checkpoint",)
 
+    @staticmethod
+    def hf_reference(config) -> dict:
+        """{"loss", "logits", "grads"} of transformers' model with our weights for `config`."""
+        raise NotImplementedError
+
     def pytest_generate_tests(self, metafunc):
+        if "parity" in metafunc.fixturenames:
+            metafunc.parametrize("parity", list(self.cases.PARITY_CONFIGS))
         if {"preset", "remat"} <= set(metafunc.fixturenames):
             combos = [(p, r) for p in self.cases.MESHES for r in self.cases.REMATS]
             metafunc.parametrize("preset,remat", combos)
@@ -33,14 +39,26 @@ class FamilyPresetTests:
     @pytest.fixture(scope="class")
     @classmethod
     def xla_runs(cls, tmp_path_factory):
-        return run_workers(HERE / "preset_worker.py", (1, 8),
-                           tmp_path_factory.mktemp(cls.cases.__name__),
+        return run_workers("tests.support.preset_worker", (1, 8),
+                           tmp_path_factory.mktemp(cls.cases.__name__.rsplit(".", 1)[-1]),
                            args=[cls.cases.__name__])
 
+    @pytest.fixture(scope="class")
+    @classmethod
+    def references(cls):
+        """parity config name -> transformers' reference, each computed when first needed."""
+        return {}
+
+    @pytest.fixture
+    def reference(self, references, parity):
+        if parity not in references:
+            references[parity] = self.hf_reference(self.cases.PARITY_CONFIGS[parity])
+        return references[parity]
+
     @pytest.mark.parametrize("eager_remat", ["none", "checkpoint"])  # scan needs XLA devices
-    def test_eager_cpu_matches_transformers(self, reference, eager_remat):
+    def test_eager_cpu_matches_transformers(self, reference, parity, eager_remat):
         cases = self.cases
-        model = cases.FAMILY.build(cases.CONFIG, seed=0)
+        model = cases.FAMILY.build(cases.PARITY_CONFIGS[parity], seed=0)
         apply_remat(model, remat_preset(cases.FAMILY, eager_remat))
         loss, logits = cases.forward(model, cases.batch())
         loss.backward()
@@ -50,15 +68,15 @@ class FamilyPresetTests:
                                    self.eager_tol)
 
     @pytest.mark.parametrize("xla_remat", ["none", "scan"])
-    def test_xla_cpu_matches_transformers(self, xla_runs, reference, xla_remat):
-        result = xla_runs[1]["results"][("fsdp", xla_remat)]
+    def test_xla_cpu_matches_transformers(self, xla_runs, reference, parity, xla_remat):
+        result = xla_runs[1]["parity"][(parity, xla_remat)]
         torch.testing.assert_close(result["logits"], reference["logits"], **XLA_TOL)
         assert_same_loss_and_grads(result, reference, XLA_TOL)
         assert result["hlo_has_scan"] == (xla_remat == "scan")
 
     def test_presets_on_8_devices_match_1_device(self, xla_runs, preset, remat):
-        reference = xla_runs[1]["results"][("fsdp", "none")]
-        result = xla_runs[8]["results"][(preset, remat)]
+        reference = xla_runs[1]["presets"][BASELINE]
+        result = xla_runs[8]["presets"][(preset, remat)]
         assert_same_loss_and_grads(result, reference, XLA_TOL)
         for name, planned in result["planned_shards"].items():
             assert result["actual_shards"][name] == {planned}, name

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support.paths import ROOT
+
 TEACH = ["data.source=eval/tasks/data/teach.jsonl", "seq_len=64", "log_every=50",
          "checkpoint_every=1000"]
 TASKS = "arc_easy_sample,hellaswag_sample"

@@ -1,6 +1,6 @@
-"""`zoo tpu` and `zoo train --on` against a fake gcloud (tests/fake_gcloud/gcloud) first on
-PATH: it records every invocation and really runs the worker commands with bash in one
-sandbox folder per worker, so quoting, background runs, pid files, secrets and the
+"""`zoo tpu` and `zoo train --on` against a fake gcloud (tests/support/fake_gcloud/gcloud)
+first on PATH: it records every invocation and really runs the worker commands with bash in
+one sandbox folder per worker, so quoting, background runs, pid files, secrets and the
 babysitter's restarts are exercised end to end without a TPU or the network."""
 
 import json
@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
+from tests.support.paths import SUPPORT
+
 SECRET = "hf_fake-SECRET-value-0123"
 ZONE = ["--zone", "us-central2-b", "--project", "my-proj"]
 
@@ -24,7 +25,7 @@ def fake(tmp_path, monkeypatch):
     state.write_text(json.dumps({"nodes": {"node": {"state": "READY", "workers": 2,
                                                     "acceleratorType": "v4-16"}},
                                  "answers": {"./setup_vm.sh": "setup: done"}}))
-    env = {**os.environ, "PATH": f"{HERE / 'fake_gcloud'}:{os.environ['PATH']}",
+    env = {**os.environ, "PATH": f"{SUPPORT / 'fake_gcloud'}:{os.environ['PATH']}",
            "FAKE_GCLOUD_STATE": str(state), "FAKE_GCLOUD_LOG": str(tmp_path / "calls.jsonl"),
            "FAKE_GCLOUD_ROOT": str(tmp_path / "workers"), "HF_TOKEN": SECRET}
     env.pop("WANDB_API_KEY", None)

@@ -1,8 +1,8 @@
 """Rule matching and the per-parameter plan: pure bookkeeping, checked on the host."""
 
 import pytest
-from toy_model import ToyModel
 
+from tests.support.toy_model import ToyModel
 from zoo.core.sharding import (
     ShardingError,
     ShardingRules,

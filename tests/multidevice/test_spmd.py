@@ -1,17 +1,15 @@
 """Sharding equivalence on 1, 4 and 8 XLA CPU devices.
 
-The PJRT device count is fixed per process, so `spmd_worker.py` runs once per count (the
-three in parallel) and every preset x remat combination is compared here.
+The PJRT device count is fixed per process, so tests/support/spmd_worker.py runs once per
+count (the three in parallel) and every preset x remat combination is compared here.
 """
-
-from pathlib import Path
 
 import pytest
 import torch
-from spmd_worker import PRESETS, REMATS
-from xla_harness import assert_same_loss_and_grads, run_workers
 
-HERE = Path(__file__).resolve().parent
+from tests.support.spmd_worker import PRESETS, REMATS
+from tests.support.xla_harness import assert_same_loss_and_grads, run_workers
+
 DEVICE_COUNTS = (1, 4, 8)
 COMBOS = [(p, r) for p in PRESETS for r in REMATS]
 # fp32 on the XLA CPU backend; sharded reductions reorder sums, nothing else differs.
@@ -20,7 +18,7 @@ TOL = {"rtol": 1e-5, "atol": 1e-6}
 
 @pytest.fixture(scope="session")
 def runs(tmp_path_factory):
-    return run_workers(HERE / "spmd_worker.py", DEVICE_COUNTS, tmp_path_factory.mktemp("spmd"))
+    return run_workers("tests.support.spmd_worker", DEVICE_COUNTS, tmp_path_factory.mktemp("spmd"))
 
 
 @pytest.mark.parametrize("devices", DEVICE_COUNTS)

@@ -1,16 +1,14 @@
 """Compile train steps for one TPU slice with libtpu (compile-only) and save their
 `zoo plan --compile --json` records. One process per slice: the virtual device count is
 fixed per process.
-Usage: python tests/compile_worker.py OUT.json SLICE CASES_JSON
+Usage (from the repo root): python -m tests.support.compile_worker OUT.json SLICE CASES_JSON
 (CASES_JSON: a list of [model, [key=value overrides]])"""
 
 import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from zoo.plan_compile import compile_plan  # noqa: E402
+from zoo.plan_compile import compile_plan
 
 
 def main(out: str, slice_type: str, cases: str) -> None:

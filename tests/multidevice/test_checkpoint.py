@@ -1,25 +1,23 @@
 """Sharded checkpoints: exact restore, bit-identical resume, resharding between 1 and 4
 devices, atomic visibility, keep-N, and the torch_xla-free consolidated weights.
 
-`checkpoint_worker.py` runs once per device count (both in parallel); after its own
-save/restore scenarios it restores the other worker's checkpoint (phase 2).
+tests/support/checkpoint_worker.py runs once per device count (both in parallel); after its
+own save/restore scenarios it restores the other worker's checkpoint (phase 2).
 """
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
-from checkpoint_worker import BATCH, RESTORE_STEP, STEPS
 from safetensors.torch import save_file
-from xla_harness import xla_cpu_env
 
+from tests.support.checkpoint_worker import BATCH, RESTORE_STEP, STEPS
+from tests.support.paths import ROOT
+from tests.support.xla_harness import xla_cpu_env
 from zoo.core.checkpoint import Checkpointer, load_checkpoint
 from zoo.core.errors import UserError
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 DEVICE_COUNTS = (1, 4)
 OTHER = {1: 4, 4: 1}
 
@@ -32,7 +30,8 @@ def runs(tmp_path_factory):
         log = open(out / f"log-{n}.txt", "w")  # closed after the worker exits
         procs[n] = (
             subprocess.Popen(
-                [sys.executable, str(HERE / "checkpoint_worker.py"), str(out)],
+                [sys.executable, "-m", "tests.support.checkpoint_worker", str(out)],
+                cwd=ROOT,
                 env=xla_cpu_env(n),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,

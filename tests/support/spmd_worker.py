@@ -1,28 +1,26 @@
 """Runs the toy model's forward+backward under every sharding x remat preset on however many
 XLA CPU devices this process was started with (CPU_NUM_DEVICES), and saves the results for
-tests/test_spmd.py. Usage: python tests/spmd_worker.py OUT.pt
+tests/multidevice/test_spmd.py.
+Usage (from the repo root): python -m tests.support.spmd_worker OUT.pt
 """
 
 import os
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("PJRT_DEVICE", "CPU")
 
 import torch  # noqa: E402
 import torch_xla  # noqa: E402
 import torch_xla.runtime as xr  # noqa: E402
-from toy_model import SEQ, VOCAB, ToyModel  # noqa: E402
-from xla_harness import sharded_loss_and_grads  # noqa: E402
 
+from tests.support.paths import DATA  # noqa: E402
+from tests.support.toy_model import SEQ, VOCAB, ToyModel  # noqa: E402
+from tests.support.xla_harness import sharded_loss_and_grads  # noqa: E402
 from zoo.core.inputs import device_loader  # noqa: E402
 from zoo.core.mesh import MeshConfig, build_mesh  # noqa: E402
 from zoo.core.remat import RematConfig  # noqa: E402
 from zoo.core.sharding import ShardingRules  # noqa: E402
 
-DATA = Path(__file__).resolve().parent / "data"
 PRESETS = {
     "fsdp": (MeshConfig(), "toy_fsdp.yaml"),
     "fsdp_tensor": (MeshConfig(tensor=2), "toy_fsdp_tensor.yaml"),

@@ -2,8 +2,8 @@
 
 import pytest
 import torch
-from toy_model import SEQ, VOCAB, ToyModel
 
+from tests.support.toy_model import SEQ, VOCAB, ToyModel
 from zoo.core.remat import RematConfig, RematError, apply_remat
 
 

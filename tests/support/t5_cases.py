@@ -1,4 +1,5 @@
-"""The T5 configuration and batch that tests/test_t5.py and tests/preset_worker.py share."""
+"""The T5 configuration and batch that tests/multidevice/test_t5_presets.py and
+tests/support/preset_worker.py share."""
 
 import torch
 
@@ -10,6 +11,7 @@ from zoo.tasks.seq2seq import SEQ2SEQ, pair_batch
 CONFIG = T5Config(vocab_size=96, d_model=32, d_kv=8, d_ff=64, num_layers=2,
                   num_decoder_layers=3, num_heads=4, relative_attention_num_buckets=8,
                   relative_attention_max_distance=16)
+PARITY_CONFIGS = {"t5": CONFIG}
 MESHES = {"fsdp": MeshConfig(), "fsdp_tensor": MeshConfig(tensor=2)}
 REMATS = ["none", "checkpoint", "scan", "scan_checkpoint"]
 

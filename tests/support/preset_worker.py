@@ -1,0 +1,77 @@
+"""A family's preset config under every sharding x remat preset on 8 XLA CPU devices, and
+the references on 1, for the family preset tests (tests/multidevice/test_*_presets.py, see
+family_presets.py). The family's cases module names FAMILY, CONFIG (the config the presets
+run on), PARITY_CONFIGS (name -> config checked against transformers), MESHES (preset ->
+mesh), REMATS, batch() and forward(model, batch) -> (loss, logits).
+
+Saves {"devices": N, "parity": {(name, remat): result}, "presets": {(preset, remat): result}}:
+on 1 device only what the tests read (every parity config with scan off and on, and the
+("fsdp", "none") baseline of the presets, shared with CONFIG's parity run when CONFIG is a
+parity config); on more, every preset of CONFIG.
+Usage (from the repo root): python -m tests.support.preset_worker OUT.pt CASES_MODULE"""
+
+import importlib
+import os
+import sys
+
+os.environ.setdefault("PJRT_DEVICE", "CPU")
+
+import torch  # noqa: E402
+import torch_xla.runtime as xr  # noqa: E402
+
+from tests.support.xla_harness import sharded_loss_and_grads  # noqa: E402
+from zoo.core import config  # noqa: E402
+from zoo.core.mesh import MeshConfig  # noqa: E402
+from zoo.core.remat import RematConfig  # noqa: E402
+from zoo.core.sharding import ShardingRules  # noqa: E402
+
+# The remat presets of the 1-device transformers parity runs, and the 1-device baseline
+# every 8-device preset is compared with.
+PARITY_REMATS = ("none", "scan")
+BASELINE = ("fsdp", "none")
+
+
+def remat_preset(family, name: str) -> RematConfig:
+    return config.load(RematConfig, files=[family.preset("remat", name)])
+
+
+def run(cases, model_config, preset: str, remat: str) -> dict:
+    logits = {}
+
+    def loss_fn(model, b):
+        loss, logits["value"] = cases.forward(model, b)
+        return loss
+
+    single = xr.global_runtime_device_count() == 1
+    family = cases.FAMILY
+    result = sharded_loss_and_grads(
+        family.build(model_config, seed=0), loss_fn, cases.batch(),
+        ShardingRules.from_yaml(family.preset("sharding", preset)), remat_preset(family, remat),
+        MeshConfig() if single else cases.MESHES[preset])
+    result["logits"] = logits["value"].detach().cpu()
+    return result
+
+
+def single_device_runs(cases) -> dict:
+    parity = {(name, remat): run(cases, model_config, BASELINE[0], remat)
+              for name, model_config in cases.PARITY_CONFIGS.items() for remat in PARITY_REMATS}
+    same = [name for name, model_config in cases.PARITY_CONFIGS.items()
+            if model_config is cases.CONFIG]
+    baseline = parity[(same[0], "none")] if same else run(cases, cases.CONFIG, *BASELINE)
+    return {"parity": parity, "presets": {BASELINE: baseline}}
+
+
+def main(out: str, cases_module: str):
+    xr.use_spmd()
+    cases = importlib.import_module(cases_module)
+    devices = xr.global_runtime_device_count()
+    if devices == 1:  # only the references the tests compare with: keeps them fast
+        results = single_device_runs(cases)
+    else:
+        results = {"parity": {}, "presets": {(p, r): run(cases, cases.CONFIG, p, r)
+                                             for p in cases.MESHES for r in cases.REMATS}}
+    torch.save({"devices": devices, **results}, out)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
