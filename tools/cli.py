@@ -199,7 +199,7 @@ def new_model(name, parent):
             f"PYTHONPATH={Path(parent).resolve()} (or a `zoo.families` entry point)"
         )
     click.echo(f"next: zoo train {name}-tiny --tpu cpu-4 --steps 50; "
-               f"pytest tests/test_conformance.py -k {name}")
+               f"pytest -k {name}")
 
 
 @cli.command()
