@@ -9,8 +9,10 @@ import pytest
 import torch
 
 from zoo.core import data
-from zoo.core.data import DataConfig, TokenBatches, describe, load_tokenizer
+from zoo.core.data import load_tokenizer
 from zoo.core.errors import UserError
+from zoo.tasks import packed_text
+from zoo.tasks.packed_text import DataConfig, TokenBatches, describe
 
 DOCS = [
     "The quick brown fox jumps over the lazy dog.",
@@ -111,7 +113,7 @@ def test_default_corpus_is_python_help_topics_and_tokenizes_fast(tok):
 
     docs = data.default_documents()
     assert docs == [topics[k] for k in sorted(topics)] and len(docs) > 50
-    data._CORPORA.clear()
+    packed_text._CORPORA.clear()
     begin = time.perf_counter()
     batches = TokenBatches(DataConfig(), tok, seq_len=256, global_batch_size=8)
     assert time.perf_counter() - begin < 10
@@ -235,10 +237,10 @@ def test_jsonl_with_custom_field_folder_and_glob(tmp_path, tok):
     write_jsonl(folder / "b.jsonl", DOCS[2:], field="content")
     for source in (folder, folder / "*.jsonl"):
         config = DataConfig(source=str(source), text_field="content")
-        assert data.load_documents(config)[0] == DOCS
+        assert packed_text.load_documents(config)[0] == DOCS
         assert f"{len(DOCS)} docs" in describe(config)
     with pytest.raises(UserError) as excinfo:
-        data.load_documents(DataConfig(source=str(folder)))  # text_field "text" is not there
+        packed_text.load_documents(DataConfig(source=str(folder)))  # text_field "text" is not there
     assert_one_line_user_error(excinfo, "no column 'text'", "content, id")
 
 
@@ -253,7 +255,7 @@ def test_an_edited_file_is_tokenized_again(tmp_path, tok):
 def test_txt_files_are_one_document_each(tmp_path, tok):
     for i, doc in enumerate(["line one\nline two\n\nafter a blank line\n", "second file"]):
         (tmp_path / f"{i}.txt").write_text(doc)
-    texts, _ = data.load_documents(DataConfig(source=str(tmp_path / "*.txt")))
+    texts, _ = packed_text.load_documents(DataConfig(source=str(tmp_path / "*.txt")))
     assert len(texts) == 2 and "after a blank line" in texts[0] and texts[1] == "second file"
     batches = TokenBatches(DataConfig(source=str(tmp_path)), tok, seq_len=8, global_batch_size=2)
     assert batches.num_documents == 2
@@ -266,7 +268,7 @@ def test_parquet_loads(tmp_path, tok):
 
     pq.write_table(pa.table({"text": DOCS, "n": list(range(len(DOCS)))}), tmp_path / "d.parquet")
     config = DataConfig(source=str(tmp_path / "d.parquet"))
-    assert data.load_documents(config)[0] == DOCS
+    assert packed_text.load_documents(config)[0] == DOCS
     batch = TokenBatches(config, tok, seq_len=32, global_batch_size=2).batch(0)
     assert batch["input_ids"].shape == (2, 32)
 

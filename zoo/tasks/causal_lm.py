@@ -1,5 +1,5 @@
-"""Causal language modelling: packed token rows in (core/data.py), next-token cross entropy
-out. Any model whose forward maps input_ids -> logits fits."""
+"""Causal language modelling: packed token rows in (zoo/tasks/packed_text.py), next-token
+cross entropy out. Any model whose forward maps input_ids -> logits fits."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import dataclasses
 import torch
 import torch.nn.functional as F
 
-from zoo.core.data import DataConfig, TokenBatches, check_vocab, load_tokenizer
+from zoo.core.data import check_vocab, load_tokenizer
 from zoo.core.engine import TrainConfig
 from zoo.core.task import Task
+from zoo.tasks.packed_text import DataConfig, TokenBatches
 
 
 @dataclasses.dataclass

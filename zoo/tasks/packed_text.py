@@ -1,0 +1,255 @@
+"""Packed text for causal LMs: documents -> tokens -> packed fixed-length rows -> host batches.
+
+    batches = TokenBatches(cfg.data, load_tokenizer(cfg.data.tokenizer), seq_len=2048,
+                           global_batch_size=256, process_index=i, process_count=n)
+    batches.start = step  # resume
+    for batch in batches: ...  # {"input_ids", "labels"}: LongTensor[256 // n, 2048]
+
+Every document becomes `BOS? tokens EOS`; documents are concatenated and cut into rows of
+exactly `seq_len` tokens (rows cross document boundaries; EOS marks them). The final partial
+row is kept, padded with the pad id and its labels masked with -100, so no text is lost and a
+tiny corpus still yields a row. Rows are shuffled per epoch (seed `shuffle_seed + epoch`) and
+global batch `i` is rows `i*B .. (i+1)*B` of the endless epoch-after-epoch order, so a batch is
+a pure function of its index: resuming is setting `start`, and host k of n takes its slice of
+the same global batch. The whole corpus is tokenized once, in memory, on every host.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from zoo.core import data
+from zoo.core.data import BUILDERS, IGNORE_INDEX, DataError, EpochOrder, host_rows, load_tokenizer
+from zoo.core.inputs import host_batch_size
+
+
+@dataclasses.dataclass
+class DataConfig:
+    # "default": Python's help topics (embedded, no network); "synthetic": random tokens;
+    # a local .txt/.jsonl/.json/.parquet file, folder or glob; otherwise a Hub dataset name.
+    source: str = "default"
+    text_field: str = "text"  # column holding the text (jsonl/json/parquet/hub)
+    split: str = "train"  # local files are the "train" split; slices like train[:90%] work
+    subset: str | None = None  # Hub dataset config name
+    tokenizer: str = "default"  # "default" = core/assets/tokenizer, a local dir or a Hub name
+    shuffle_seed: int = 0
+
+
+def load_documents(config: DataConfig) -> tuple[list[str], str]:
+    """(texts, where they came from, e.g. "default corpus (Python 3.11 help topics") for a
+    non-synthetic source; describe() completes the parenthesis with the counts."""
+    source = config.source
+    if source == "default":
+        version = f"{sys.version_info.major}.{sys.version_info.minor}"
+        return data.default_documents(), f"default corpus (Python {version} help topics"
+    files = data.local_files(source)
+    if files is not None:
+        dataset = data.local_dataset(files, source, config.split)
+        field = "text" if BUILDERS[Path(files[0]).suffix.lower()] == "text" else config.text_field
+        return _texts(dataset, field, source), f"{source} ({len(files)} files"
+    subset = f"subset {config.subset}, " if config.subset else ""
+    dataset = data.hub_dataset(source, config.subset, config.split)
+    label = f"Hub dataset {source} ({subset}split {config.split}"
+    return _texts(dataset, config.text_field, source), label
+
+
+def _texts(dataset, field: str, source: str) -> list[str]:
+    if field not in dataset.column_names:
+        raise DataError(
+            f"data.source {source} has no column '{field}' (data.text_field); "
+            f"columns: {', '.join(dataset.column_names)}"
+        )
+    return [text for text in dataset[field] if isinstance(text, str) and text]
+
+
+# ---------------------------------------------------------------- tokens
+
+
+@dataclasses.dataclass(frozen=True)
+class Corpus:
+    """A source tokenized into one stream: `BOS? doc EOS BOS? doc EOS ...`."""
+
+    tokens: np.ndarray  # int32 [num_tokens]
+    num_documents: int
+    label: str  # see load_documents
+
+
+_CORPORA: dict[tuple, Corpus] = {}  # tokenize each (source, tokenizer) once per process
+
+
+def tokenize_corpus(config: DataConfig, tokenizer) -> Corpus:
+    """The tokenized source, cached in memory (up to 4) keyed by source, files and tokenizer."""
+    if tokenizer is None:
+        raise DataError(f"data.source {config.source} needs a tokenizer (got None)")
+    files = data.local_files(config.source) if config.source != "default" else None
+    key = (
+        (config.source, config.text_field, config.split, config.subset),
+        tuple((f, os.stat(f).st_mtime_ns, os.stat(f).st_size) for f in files or ()),
+        type(tokenizer).__name__,
+        getattr(tokenizer, "name_or_path", None),
+        len(tokenizer),
+    )
+    if key not in _CORPORA:
+        if len(_CORPORA) >= 4:
+            _CORPORA.pop(next(iter(_CORPORA)))
+        _CORPORA[key] = _tokenize(config, tokenizer)
+    return _CORPORA[key]
+
+
+def _tokenize(config: DataConfig, tokenizer) -> Corpus:
+    eos = tokenizer.eos_token_id
+    if eos is None:
+        raise DataError(
+            f"tokenizer {getattr(tokenizer, 'name_or_path', '')} has no EOS token, which "
+            "packing needs to mark document boundaries"
+        )
+    bos = tokenizer.bos_token_id
+    prefix = [bos] if bos is not None and bos != eos else []  # GPT-2 style: EOS alone
+    texts, label = load_documents(config)
+    if not texts:
+        raise DataError(f"data.source {config.source} has no non-empty documents")
+    pieces = []
+    for start in range(0, len(texts), 1024):
+        # split_special_tokens: a literal "<|end_of_text|>" inside a document is just text.
+        encoded = tokenizer(
+            texts[start : start + 1024],
+            add_special_tokens=False,
+            split_special_tokens=True,
+            verbose=False,
+        )["input_ids"]
+        pieces += [np.asarray(prefix + ids + [eos], dtype=np.int32) for ids in encoded]
+    return Corpus(np.concatenate(pieces), len(texts), label)
+
+
+class TokenBatches:
+    """Deterministic, resumable stream of fixed-shape host batches.
+
+    `batch(i)` is global batch `i` restricted to this host's rows [k*local, (k+1)*local);
+    iterating yields `batch(start), batch(start + 1), ...` forever. Iteration does not move
+    `start`: record the step count yourself (a prefetching loader runs ahead of training).
+    """
+
+    def __init__(
+        self,
+        config: DataConfig,
+        tokenizer,
+        seq_len: int,
+        global_batch_size: int,
+        process_index: int = 0,
+        process_count: int = 1,
+        vocab_size: int | None = None,
+    ):
+        """`vocab_size` is the model's: synthetic ids are drawn below it, real ids must fit."""
+        if seq_len < 1 or global_batch_size < 1:
+            raise DataError(
+                f"seq_len ({seq_len}) and global batch size ({global_batch_size}) must be >= 1"
+            )
+        self.local_batch_size = host_batch_size(global_batch_size, process_count)
+        if not 0 <= process_index < process_count:
+            raise DataError(f"process index {process_index} is not in [0, {process_count})")
+        self.config = config
+        self.seq_len = seq_len
+        self.global_batch_size = global_batch_size
+        self.process_index = process_index
+        self.process_count = process_count
+        self.start = 0
+        self.synthetic = config.source == "synthetic"
+        if self.synthetic:
+            vocab_size = vocab_size or (len(tokenizer) if tokenizer is not None else None)
+            if not vocab_size:
+                raise DataError("data.source=synthetic needs a vocab size (or a tokenizer)")
+            self.vocab_size = vocab_size
+            return
+        self.corpus = tokenize_corpus(config, tokenizer)
+        tokens = self.corpus.tokens
+        if vocab_size is not None and int(tokens.max()) >= vocab_size:
+            raise DataError(
+                f"tokenizer produces id {int(tokens.max())} but the model's vocab size is "
+                f"{vocab_size}; use a tokenizer that fits or a larger vocab"
+            )
+        self.vocab_size = vocab_size or len(tokenizer)
+        pad = tokenizer.pad_token_id
+        self.pad_id = tokenizer.eos_token_id if pad is None else pad
+        self._count = -(-len(tokens) // seq_len)  # rows; row r = tokens[r*seq_len:][:seq_len]
+        self._order = EpochOrder(self._count, config.shuffle_seed)
+
+    # ---- sizes
+    @property
+    def num_documents(self) -> int | None:
+        return None if self.synthetic else self.corpus.num_documents
+
+    @property
+    def num_sequences(self) -> int | None:
+        """Rows in one epoch (the last one may be partly padding); None if synthetic."""
+        return None if self.synthetic else self._count
+
+    @property
+    def tokens_per_epoch(self) -> int | None:
+        """Real (non-pad) tokens in one epoch, BOS/EOS included; None if synthetic."""
+        return None if self.synthetic else len(self.corpus.tokens)
+
+    @property
+    def batches_per_epoch(self) -> float | None:
+        return None if self.synthetic else self.num_sequences / self.global_batch_size
+
+    # ---- batches
+    def batch(self, index: int) -> dict:
+        """Global batch number `index` -> this host's rows, as LongTensors [local, seq_len]."""
+        import torch
+
+        if index < 0:
+            raise ValueError(f"batch index must be >= 0, got {index}")
+        within = host_rows(self.process_index, self.local_batch_size)
+        if self.synthetic:
+            input_ids = torch.from_numpy(np.stack([self._random_row(index, r) for r in within]))
+            return {"input_ids": input_ids, "labels": input_ids.clone()}
+        picked = self._order.items(index * self.global_batch_size + within)
+        tokens = self.corpus.tokens
+        offsets = picked[:, None] * self.seq_len + np.arange(self.seq_len)
+        padding = offsets >= len(tokens)  # only in the last row
+        ids = np.where(padding, self.pad_id, tokens[np.minimum(offsets, len(tokens) - 1)])
+        labels = np.where(padding, IGNORE_INDEX, ids)
+        return {
+            "input_ids": torch.from_numpy(ids.astype(np.int64)),
+            "labels": torch.from_numpy(labels.astype(np.int64)),
+        }
+
+    def _random_row(self, index: int, row: int) -> np.ndarray:
+        # Seeded per (seed, batch, row) so a row is the same whatever the host count.
+        rng = np.random.default_rng([self.config.shuffle_seed, index, int(row)])
+        return rng.integers(0, self.vocab_size, self.seq_len, dtype=np.int64)
+
+    def __iter__(self) -> Iterator[dict]:
+        index = self.start
+        while True:
+            yield self.batch(index)
+            index += 1
+
+
+def describe(config: DataConfig, batches: TokenBatches | None = None) -> str:
+    """One line for logs, e.g. "default corpus (Python 3.11 help topics, 79 docs, 112k tokens)".
+
+    Without `batches` it tokenizes with `config.tokenizer` (cached, so a later TokenBatches
+    over the same source and tokenizer does not tokenize again).
+    """
+    if config.source == "synthetic":
+        vocab = f"vocab {batches.vocab_size}, " if batches is not None else ""
+        return f"synthetic random tokens ({vocab}seed {config.shuffle_seed})"
+    if batches is not None:
+        corpus = batches.corpus
+    else:
+        corpus = tokenize_corpus(config, load_tokenizer(config.tokenizer))
+    return f"{corpus.label}, {corpus.num_documents:,} docs, {_count(len(corpus.tokens))} tokens)"
+
+
+def _count(n: int) -> str:
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g}{unit}"
+    return str(n)
