@@ -32,7 +32,8 @@ else
   else
     extras="dev,tpu-compile"  # libtpu as a compile-only TPU compiler; XLA runs on the CPU
   fi
-  "$venv/bin/pip" install -q -e ".[$extras]"
+  # setuptools warns about every editable install of a mapped package (setup.py); quiet it
+  PYTHONWARNINGS=ignore "$venv/bin/pip" install -q -e ".[$extras]"
   echo "$want" > "$stamp"
   echo "setup: done"
 fi
