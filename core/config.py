@@ -13,6 +13,7 @@ import typing
 from pathlib import Path
 from typing import TypeVar
 
+import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
@@ -32,7 +33,7 @@ def load(schema: type[T], files=(), overrides=()) -> T:
     for path in files:
         if not Path(path).is_file():
             raise ConfigError(f"config file {path} does not exist")
-        _merge(schema, cfg, OmegaConf.load(path), f"in {path}: ")
+        _merge(schema, cfg, _read_yaml(path), f"in {path}: ")
     bad = [o for o in overrides if "=" not in o or o.startswith("=")]
     if bad:
         raise ConfigError(f"override '{bad[0]}' is not key=value (e.g. mesh.tensor=2)")
@@ -43,6 +44,16 @@ def load(schema: type[T], files=(), overrides=()) -> T:
         raise ConfigError(_one_line(schema, error)) from None
     except (TypeError, ValueError) as error:  # raised by a schema's __post_init__ checks
         raise ConfigError(str(error)) from None
+
+
+def _read_yaml(path):
+    try:
+        return OmegaConf.load(path)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        problem = getattr(error, "problem", None) or type(error).__name__
+        raise ConfigError(f"config file {path} is not valid YAML{where}: {problem}") from None
 
 
 def sets_key(key: str, files=(), overrides=()) -> bool:

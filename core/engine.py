@@ -62,6 +62,11 @@ class TrainConfig:
         return self.precision == "bf16" or (self.precision == "auto" and topo.is_tpu)
 
     def __post_init__(self):
+        counts = ("steps", "global_batch_size", "grad_accum", "log_every", "checkpoint_every",
+                  "keep_checkpoints")
+        for name in counts:
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
         if self.precision not in ("auto", "fp32", "bf16"):
             raise ValueError(f"precision must be auto, fp32 or bf16, not {self.precision}")
         if self.global_batch_size % self.grad_accum:

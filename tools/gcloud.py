@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shlex
 import subprocess
 
@@ -26,6 +27,10 @@ DEFAULT_VERSIONS = {
 }
 
 
+# Google Cloud resource names (RFC 1035 labels), which TPU VM names must be.
+NODE_NAME = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
 @dataclasses.dataclass(frozen=True)
 class Node:
     """A TPU VM (all workers of one slice) and where it lives."""
@@ -37,6 +42,11 @@ class Node:
     @classmethod
     def resolve(cls, name: str, zone: str | None, project: str | None) -> Node:
         """Zone and project from the flags, else gcloud's usual environment defaults."""
+        if not NODE_NAME.fullmatch(name):
+            raise UserError(
+                f"'{name}' is not a valid TPU VM name: lowercase letters, digits and hyphens, "
+                "starting with a letter, at most 63 characters (e.g. my-v4-32)"
+            )
         zone = zone or os.environ.get("CLOUDSDK_COMPUTE_ZONE")
         if not zone:
             raise UserError(

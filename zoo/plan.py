@@ -10,6 +10,7 @@ from zoo.compose import load_run_config
 from zoo.core import config as config_lib
 from zoo.core import topology
 from zoo.core.flops import train_flops
+from zoo.core.inputs import host_batch_size
 from zoo.core.mesh import resolve_axis_sizes
 from zoo.core.remat import RematConfig
 from zoo.core.sharding import ShardingRules, plan_params
@@ -63,6 +64,7 @@ def make_plan(model_name: str, slice_type: str, overrides: list[str], target_mfu
 
     family, cfg = load_run_config(model_name, [f"tpu={slice_type}", *overrides])
     topo = topology.parse(cfg.tpu)
+    host_batch_size(cfg.global_batch_size, topo.hosts)  # what `zoo train` requires too
     mesh = resolve_axis_sizes(cfg.mesh, topo.devices)
     rules = ShardingRules.from_yaml(family.preset("sharding", cfg.sharding))
     remat = config_lib.load(RematConfig, files=[family.preset("remat", cfg.remat)])

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from zoo.core.data import check_vocab, load_tokenizer
 from zoo.core.engine import TrainConfig
+from zoo.core.errors import UserError
 from zoo.core.task import Task
 from zoo.tasks.packed_text import DataConfig, TokenBatches
 
@@ -47,6 +48,10 @@ class CausalLM(Task):
     generates_text = True
 
     def resolve(self, config: LMTrainConfig) -> LMTrainConfig:
+        longest = getattr(config.model, "max_position_embeddings", None)
+        if longest and config.seq_len > longest:
+            raise UserError(f"seq_len {config.seq_len} is longer than the model's "
+                            f"max_position_embeddings ({longest}); use seq_len<={longest}")
         tokenizer = tokenizer_for(config)
         if tokenizer is None:
             return config
