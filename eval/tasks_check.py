@@ -26,7 +26,23 @@ def sample_tasks_dir() -> Path:
 
 
 def sample_task_names() -> list[str]:
-    return sorted(p.stem for p in TASKS_DIR.glob("*.yaml"))
+    return declared_task_names(TASKS_DIR)
+
+
+def declared_task_names(folder: Path) -> list[str]:
+    """The tasks a folder of lm-eval YAMLs declares: each file's `task:` name, or its
+    `group:` when `task:` lists the members; files that declare neither (bases that others
+    `include:`) add nothing. File names do not matter, as in lm-eval."""
+    from lm_eval.tasks._yaml_loader import load_yaml
+
+    names = []
+    for path in sorted(folder.glob("*.yaml")):
+        config = load_yaml(str(path), resolve_func=False, recursive=False) or {}
+        task, group = config.get("task"), config.get("group")
+        name = task if isinstance(task, str) else group if isinstance(group, str) else None
+        if name:
+            names.append(name)
+    return names
 
 
 def resolve_tasks(spec: str) -> tuple[list[str], object]:
@@ -37,7 +53,11 @@ def resolve_tasks(spec: str) -> tuple[list[str], object]:
     for item in filter(None, (part.strip() for part in spec.split(","))):
         if Path(item).is_dir():
             include.append(str(Path(item).resolve()))
-            names += sorted(p.stem for p in Path(item).glob("*.yaml"))
+            declared = declared_task_names(Path(item))
+            if not declared:
+                raise UserError(f"task folder {item} has no YAML declaring a `task:` or "
+                                "`group:`; add one (see eval/tasks/*.yaml)")
+            names += declared
         else:
             names += ALIASES.get(item, [item])
     manager = TaskManager(include_path=include, include_defaults=False)
