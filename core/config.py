@@ -90,6 +90,24 @@ def valid_keys(schema, dotted_parent: str) -> list[str]:
     return [f.name for f in dataclasses.fields(node)] if dataclasses.is_dataclass(node) else []
 
 
+def changed_keys(before: dict, after: dict) -> dict[str, tuple]:
+    """{dotted key: (before, after)} for every leaf that differs between two config trees."""
+    flat_before, flat_after = _flatten(before), _flatten(after)
+    keys = sorted(set(flat_before) | set(flat_after))
+    return {k: (flat_before.get(k), flat_after.get(k)) for k in keys
+            if flat_before.get(k) != flat_after.get(k)}
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in (tree or {}).items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
 def to_yaml(cfg) -> str:
     return OmegaConf.to_yaml(OmegaConf.structured(cfg))
 

@@ -109,6 +109,8 @@ def models():
 @click.option("--out", help="Run folder (default runs/MODEL); reruns resume from it.")
 @click.option("--init-from", help="Hugging Face checkpoint directory to start from.")
 @click.option("--config", "config_files", multiple=True, help="YAML config file(s).")
+@click.option("--force-resume", is_flag=True,
+              help="Resume the run in --out even though its settings differ from these.")
 @click.option(
     "--prompt", default="The", show_default=True, help="Prompt for the sample printed at the end."
 )
@@ -116,8 +118,8 @@ def models():
 @click.option("--zone", help="With --on: the TPU VM's zone.")
 @click.option("--project", help="With --on: the TPU VM's project.")
 @click.option("--dry-run", is_flag=True, help="With --on: print the gcloud steps only.")
-def train(model, overrides, tpu, steps, out, init_from, config_files, prompt, node, zone,
-          project, dry_run):
+def train(model, overrides, tpu, steps, out, init_from, config_files, force_resume, prompt,
+          node, zone, project, dry_run):
     """Train MODEL (see `zoo models`); OVERRIDES are key=value config settings.
 
     Example: zoo train llama-tiny --tpu cpu-4 --steps 40 optim.lr=1e-3 remat=scan
@@ -130,6 +132,7 @@ def train(model, overrides, tpu, steps, out, init_from, config_files, prompt, no
             raise UserError("--on needs --tpu TYPE: the slice type NAME must be")
         flags = [f"--{k}={v}" for k, v in (("steps", steps), ("out", out),
                                             ("init-from", init_from)) if v is not None]
+        flags += ["--force-resume"] if force_resume else []
         gcloud = Gcloud(dry_run=dry_run, echo=click.echo)
         launch_training(gcloud, Node.resolve(node, zone, project), model, tpu,
                         [*flags, *(f"--config={f}" for f in config_files), *overrides])
@@ -138,7 +141,7 @@ def train(model, overrides, tpu, steps, out, init_from, config_files, prompt, no
 
     flags = {"tpu": tpu, "steps": steps, "out": out or f"runs/{model}", "init_from": init_from}
     overrides = [f"{k}={v}" for k, v in flags.items() if v is not None] + list(overrides)
-    cfg, summary = run_training(model, overrides, config_files)
+    cfg, summary = run_training(model, overrides, config_files, force_resume)
     if not summary:
         click.echo(f"nothing to do: {cfg.out} already trained {cfg.steps} steps")
         return

@@ -75,8 +75,36 @@ def select_runtime(slice_type: str) -> topology.Topology:
     return topo
 
 
-def build_engine(model_name: str, overrides: list[str], config_files=(), build_model=None):
-    """(resolved config, ready engine): runtime selected, model built, sharded and remat'ed.
+# Keys a resumed run may change: how long and how often, where it runs and logs.
+RESUMABLE_CHANGES = ("steps", "log_every", "checkpoint_every", "keep_checkpoints",
+                     "consolidate_checkpoints", "eval_every", "out", "tpu", "mesh.", "wandb.")
+
+
+def check_resumable(cfg) -> None:
+    """A run folder with a checkpoint is resumed only by the run that wrote it: a changed
+    architecture, data or optimisation is a different experiment, refused in one line."""
+    import yaml
+
+    from zoo.core.checkpoint import complete_steps
+    from zoo.core.run_folder import RunFolder
+
+    run = RunFolder(Path(cfg.out))
+    if not run.config.is_file() or not complete_steps(run.checkpoints):
+        return
+    saved = yaml.safe_load(run.config.read_text())
+    changed = {key: values for key, values in
+               config_lib.changed_keys(saved, yaml.safe_load(config_lib.to_yaml(cfg))).items()
+               if not key.startswith(RESUMABLE_CHANGES)}
+    if changed:
+        diff = ", ".join(f"{key}: {old} -> {new}" for key, (old, new) in changed.items())
+        raise UserError(f"{cfg.out} holds a run with other settings ({diff}); use a new --out, "
+                        "or --force-resume to continue that run with these")
+
+
+def build_engine(model_name: str, overrides: list[str], config_files=(), build_model=None,
+                 force_resume: bool = False):
+    """(resolved config, ready engine): runtime selected, model built, sharded and remat'ed;
+    a run folder holding another run's checkpoints is refused unless `force_resume`.
 
     `build_model(config, seed)` replaces the family's model (the bench's HF peer)."""
     family, cfg = load_run_config(model_name, overrides, config_files)
@@ -94,6 +122,8 @@ def build_engine(model_name: str, overrides: list[str], config_files=(), build_m
     rules = ShardingRules.from_yaml(rules_path)
     remat = config_lib.load(RematConfig, files=[remat_path])
     cfg = family.task.resolve(cfg)
+    if not force_resume:
+        check_resumable(cfg)
     import torch_xla.runtime as xr
 
     from zoo.core.engine import Engine
@@ -107,7 +137,8 @@ def build_engine(model_name: str, overrides: list[str], config_files=(), build_m
     return cfg, engine
 
 
-def train(model_name: str, overrides: list[str], config_files=()) -> tuple[object, dict]:
-    cfg, engine = build_engine(model_name, overrides, config_files)
+def train(model_name: str, overrides: list[str], config_files=(),
+          force_resume: bool = False) -> tuple[object, dict]:
+    cfg, engine = build_engine(model_name, overrides, config_files, force_resume=force_resume)
     config_lib.write_resolved(cfg, Path(cfg.out))
     return cfg, engine.fit()

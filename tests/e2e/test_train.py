@@ -1,6 +1,7 @@
 """`zoo train` end to end on XLA:CPU: outputs, resume after SIGKILL, SIGTERM, bad input."""
 
 import json
+import shutil
 import signal
 import subprocess
 import time
@@ -151,3 +152,20 @@ def test_init_from_a_hugging_face_directory(tmp_path):
     # but the run must have used the HF architecture, not llama-tiny's
     saved = (out / "config.yaml").read_text()
     assert "hidden_size: 64" in saved and "num_hidden_layers: 2" in saved
+
+
+def test_resume_refuses_other_settings_and_allows_harmless_ones(reference_run, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(reference_run[0], run)
+    saved = (run / "config.yaml").read_bytes()
+    base = ["train", "llama-tiny", "--tpu", "cpu-4", "--steps", "12", "--out", str(run),
+            "checkpoint_every=4", *SMALL]
+    changed = zoo(*base, "optim.lr=5e-3", "seq_len=32")
+    assert changed.returncode != 0 and len(changed.stderr.strip().splitlines()) == 1
+    assert "other settings (optim.lr: 0.001 -> 0.005, seq_len: 64 -> 32)" in changed.stderr
+    assert "--force-resume" in changed.stderr and "Traceback" not in changed.stderr
+    assert (run / "config.yaml").read_bytes() == saved
+    harmless = zoo(*base, "keep_checkpoints=5")
+    assert harmless.returncode == 0 and "nothing to do" in harmless.stdout, harmless.stderr
+    forced = zoo(*base, "optim.lr=5e-3", "--force-resume")
+    assert forced.returncode == 0 and "nothing to do" in forced.stdout, forced.stderr
