@@ -4,12 +4,18 @@
     RUN/metrics.jsonl               one record per logged step
     RUN/checkpoints/step-NNNNNNNN/  resumable checkpoints (core/checkpoint.py)
     RUN/hf/step-NNNNNNNN/           Hugging Face exports of those checkpoints
+    RUN/.lock                       host and pid of the run writing here, while it runs
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
+import os
 import re
+import socket
+import sys
 from pathlib import Path
 
 from zoo.core.errors import UserError
@@ -54,3 +60,64 @@ class RunFolder:
 
     def export(self, step: int) -> Path:
         return self.path / "hf" / step_dir_name(step)
+
+    @property
+    def lock_file(self) -> Path:
+        return self.path / ".lock"
+
+    @contextlib.contextmanager
+    def locked(self):
+        """Hold the folder for one writer: a second run here fails at once, naming the host
+        and pid that hold it; a lock left by a process that died on this host is taken over
+        with a warning."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        mine = {"host": socket.gethostname(), "pid": os.getpid()}
+        while not _create(self.lock_file, mine):
+            holder = _read_lock(self.lock_file)
+            if holder is None:
+                continue  # released meanwhile
+            if holder.get("host") not in (None, mine["host"]) or _alive(holder.get("pid")):
+                raise UserError(
+                    f"{self.path} is in use by pid {holder.get('pid')} on host "
+                    f"{holder.get('host')}; wait for that run or use another --out (if that "
+                    f"process is gone, remove {self.lock_file})"
+                )
+            print(f"warning: taking over {self.lock_file} from pid {holder.get('pid')}, "
+                  "which is no longer running", file=sys.stderr)
+            self.lock_file.unlink(missing_ok=True)
+        try:
+            yield
+        finally:
+            if _read_lock(self.lock_file) == mine:
+                self.lock_file.unlink(missing_ok=True)
+
+
+def _create(path: Path, holder: dict) -> bool:
+    try:
+        descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return False
+    with os.fdopen(descriptor, "w") as file:
+        json.dump(holder, file)
+    return True
+
+
+def _read_lock(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except ValueError:  # a writer killed between create and write
+        return {}
+
+
+def _alive(pid) -> bool:
+    if not isinstance(pid, int):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's live process
+        return True
+    return True

@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
+from contextlib import nullcontext
 from pathlib import Path
 
 from zoo.core import config as config_lib
@@ -139,6 +140,13 @@ def build_engine(model_name: str, overrides: list[str], config_files=(), build_m
 
 def train(model_name: str, overrides: list[str], config_files=(),
           force_resume: bool = False) -> tuple[object, dict]:
+    import torch_xla.runtime as xr
+
+    from zoo.core.run_folder import RunFolder
+
     cfg, engine = build_engine(model_name, overrides, config_files, force_resume=force_resume)
-    config_lib.write_resolved(cfg, Path(cfg.out))
-    return cfg, engine.fit()
+    # Process 0 speaks for the run (the others only write their checkpoint shards).
+    lock = RunFolder(Path(cfg.out)).locked() if xr.process_index() == 0 else nullcontext()
+    with lock:
+        config_lib.write_resolved(cfg, Path(cfg.out))
+        return cfg, engine.fit()

@@ -1,8 +1,10 @@
 """`zoo train` end to end on XLA:CPU: outputs, resume after SIGKILL, SIGTERM, bad input."""
 
 import json
+import os
 import shutil
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -169,3 +171,15 @@ def test_resume_refuses_other_settings_and_allows_harmless_ones(reference_run, t
     assert harmless.returncode == 0 and "nothing to do" in harmless.stdout, harmless.stderr
     forced = zoo(*base, "optim.lr=5e-3", "--force-resume")
     assert forced.returncode == 0 and "nothing to do" in forced.stdout, forced.stderr
+
+
+def test_a_second_run_in_a_busy_folder_exits_naming_the_holder(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    holder = {"host": socket.gethostname(), "pid": os.getpid()}  # alive: this test
+    (run / ".lock").write_text(json.dumps(holder))
+    result = zoo("train", "llama-tiny", "--tpu", "cpu-1", "--steps", "2", "--out", str(run),
+                 *SMALL)
+    assert result.returncode != 0 and len(result.stderr.strip().splitlines()) == 1
+    assert f"is in use by pid {os.getpid()} on host {holder['host']}" in result.stderr
+    assert sorted(p.name for p in run.iterdir()) == [".lock"]  # nothing written

@@ -1,0 +1,49 @@
+"""A run folder has one writer at a time (RUN/.lock): a second run fails at once naming who
+holds it; a lock left by a dead process is taken over with a warning."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from zoo.core.errors import UserError
+from zoo.core.run_folder import RunFolder
+
+
+def dead_pid() -> int:
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+def test_a_second_writer_is_refused_naming_host_and_pid(tmp_path):
+    run = RunFolder(tmp_path / "run")
+    with run.locked():
+        holder = json.loads(run.lock_file.read_text())
+        with pytest.raises(UserError, match=f"in use by pid {holder['pid']} on host"):
+            with run.locked():
+                pass
+    assert not run.lock_file.exists()
+
+
+def test_a_lock_held_on_another_host_is_refused(tmp_path):
+    run = RunFolder(tmp_path)
+    run.lock_file.write_text(json.dumps({"host": "other-host", "pid": dead_pid()}))
+    with pytest.raises(UserError, match="on host other-host"):
+        with run.locked():
+            pass
+    assert json.loads(run.lock_file.read_text())["host"] == "other-host"  # left as it was
+
+
+@pytest.mark.parametrize("stale", ["dead process", "half-written"])
+def test_a_stale_lock_is_taken_over_with_a_warning(tmp_path, capsys, stale):
+    run = RunFolder(tmp_path)
+    text = json.dumps({"host": socket.gethostname(), "pid": dead_pid()})
+    run.lock_file.write_text(text if stale == "dead process" else "")
+    with run.locked():
+        assert json.loads(run.lock_file.read_text())["pid"] == os.getpid()
+    assert "warning: taking over" in capsys.readouterr().err
+    assert not run.lock_file.exists()
