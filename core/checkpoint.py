@@ -12,12 +12,17 @@ Each complete checkpoint is one folder under the run's checkpoint directory:
         model.safetensors         only with consolidate=True: full unsharded weights by
                                   state_dict (Hugging Face) name
         meta.json                 step, data position, `extra`, process/device counts
+        manifest.json             every file's size and checksum (core/checkpoint_manifest.py)
     DIR/.tmp-step-00000050/       a save in progress or a crashed one: never read
+    DIR/step-00000060.damaged/    a checkpoint that failed its manifest, moved aside, kept
 
 A save writes into `.tmp-step-N` and renames it to `step-N` only after every process has
 finished writing, so a folder named `step-N` is always complete; a crash mid-save leaves the
 previous checkpoint as the latest, and the next save removes the leftover. Old checkpoints
-beyond `keep` are renamed to `.trash-*` (atomically) before being deleted.
+beyond `keep` are renamed to `.trash-*` (atomically) before being deleted. A save that fails
+for lack of disk space (or any OS error) removes its partial folder and says so in one line.
+Resuming takes the newest checkpoint that matches its manifest; a damaged newer one is moved
+aside as `step-N.damaged`, never deleted.
 
 Optimizer state is keyed by parameter name and restored without a training step: `restore`
 reads the checkpoint's metadata, allocates zero tensors of the saved shapes (the ones shaped
@@ -36,12 +41,14 @@ import contextlib
 import json
 import os
 import shutil
+import sys
 import warnings
 from itertools import zip_longest
 from pathlib import Path
 
 import torch
 
+from zoo.core.checkpoint_manifest import damage, write_manifest
 from zoo.core.errors import UserError
 from zoo.core.run_folder import RunFolder, step_dir_name, step_of
 
@@ -128,27 +135,41 @@ class Checkpointer:
             self._remove_leftovers()
             tmp.mkdir()
         _barrier(group)
-
-        state = {f"model.{k}": v for k, v in model.state_dict().items()}
-        state.update({f"optim.{n}.{key}": t for (n, key), t in opt_tensors.items()})
-        # thread_count > 1: with torchax installed the default single-thread writer picks an
-        # overlapping loader that asks torchax for CUDA-style streams and fails.
-        writer = dcp.FileSystemWriter(str(tmp), thread_count=2)
-        with _quiet_single_process():
-            dcp.save(state, storage_writer=writer, planner=SPMDSavePlanner(), process_group=group)
-        _torch_save(rng, tmp / f"rng-{process:05d}.pt")
-        if self.consolidate:
-            self._write_weights(model, tmp, process)
-        if process == 0:
-            trainer = {
-                "param_groups": groups,
-                "optimizer_values": opt_values,
-                "scheduler": scheduler.state_dict() if scheduler is not None else None,
-            }
-            _torch_save(trainer, tmp / _TRAINER_FILE)
-            meta.update(processes=processes, devices=xr.global_runtime_device_count())
-            _write_text(tmp / _META_FILE, json.dumps(meta, indent=1, sort_keys=True))
-        _barrier(group)
+        try:
+            state = {f"model.{k}": v for k, v in model.state_dict().items()}
+            state.update({f"optim.{n}.{key}": t for (n, key), t in opt_tensors.items()})
+            # thread_count > 1: with torchax installed the default single-thread writer picks
+            # an overlapping loader that asks torchax for CUDA-style streams and fails.
+            writer = dcp.FileSystemWriter(str(tmp), thread_count=2)
+            with _quiet_single_process():
+                dcp.save(state, storage_writer=writer, planner=SPMDSavePlanner(),
+                         process_group=group)
+            _torch_save(rng, tmp / f"rng-{process:05d}.pt")
+            if self.consolidate:
+                self._write_weights(model, tmp, process)
+            if process == 0:
+                trainer = {
+                    "param_groups": groups,
+                    "optimizer_values": opt_values,
+                    "scheduler": scheduler.state_dict() if scheduler is not None else None,
+                }
+                _torch_save(trainer, tmp / _TRAINER_FILE)
+                meta.update(processes=processes, devices=xr.global_runtime_device_count())
+                _write_text(tmp / _META_FILE, json.dumps(meta, indent=1, sort_keys=True))
+            _barrier(group)
+            if process == 0:
+                write_manifest(tmp)  # last: it lists every file all processes wrote
+        except Exception as error:
+            cause = _os_error(error)
+            if cause is None:
+                raise
+            if process == 0:
+                shutil.rmtree(tmp, ignore_errors=True)
+            raise CheckpointError(
+                f"saving step {step} to {self.directory} failed ({cause.strerror or cause}); "
+                f"its partial files are removed and the newest checkpoint is still step "
+                f"{self.latest_step()}; free space and rerun to resume"
+            ) from None
         if process == 0:
             self._commit(tmp, final)
             self._prune()
@@ -167,6 +188,20 @@ class Checkpointer:
             save_file(weights, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
             os.chmod(tmp / WEIGHTS_FILE, 0o644)  # safetensors creates it owner-only
             _fsync(tmp / WEIGHTS_FILE)
+
+    def latest_intact_step(self, main_process: bool = True) -> int | None:
+        """The newest checkpoint that matches its manifest. The main process moves a damaged
+        newer one aside (`step-N.damaged`) and says so in one line on stderr."""
+        for step in reversed(complete_steps(self.directory)):
+            problem = damage(self.path(step))
+            if problem is None:
+                return step
+            if main_process:
+                aside = self.path(step).with_name(self.path(step).name + ".damaged")
+                self.path(step).rename(aside)
+                print(f"checkpoint {self.path(step)} is damaged ({problem}); moved aside to "
+                      f"{aside.name}", file=sys.stderr, flush=True)
+        return None
 
     def _commit(self, tmp: Path, final: Path) -> None:
         """Make `tmp` visible as `final` with one rename (replacing a same-step checkpoint)."""
@@ -271,6 +306,19 @@ def load_checkpoint(path: str | Path) -> dict[str, torch.Tensor]:
     )
 
 
+def _os_error(error: BaseException) -> OSError | None:
+    """The OS error (e.g. ENOSPC) behind a failed write, also when DCP wraps it."""
+    for _ in range(10):
+        if error is None or isinstance(error, OSError):
+            return error
+        failures = getattr(error, "failures", None)  # DCP's CheckpointException: rank -> error
+        if isinstance(failures, dict) and failures:
+            error = next(iter(failures.values()))
+            continue
+        error = error.__cause__ or error.__context__
+    return None
+
+
 def _is_checkpoint(folder: Path) -> bool:
     return (folder / WEIGHTS_FILE).is_file() or (folder / ".metadata").is_file()
 
@@ -278,6 +326,10 @@ def _is_checkpoint(folder: Path) -> bool:
 def _read_weights(folder: Path) -> dict[str, torch.Tensor]:
     """The consolidated file when there is one; otherwise the `model.` entries of the DCP
     shards, assembled into full tensors on the host (optimizer state is not read)."""
+    problem = damage(folder)
+    if problem is not None:
+        raise CheckpointError(f"checkpoint {folder} is damaged: {problem}; use an older "
+                              "checkpoint of the run (checkpoints/step-N)")
     if (folder / WEIGHTS_FILE).is_file():
         from safetensors.torch import load_file
 

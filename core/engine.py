@@ -217,9 +217,12 @@ class Engine:
         self._stop_requested = True
 
     def _resume(self) -> int:
-        if self.checkpointer.latest_step() is None:
+        import torch_xla.runtime as xr
+
+        step = self.checkpointer.latest_intact_step(main_process=xr.process_index() == 0)
+        if step is None:
             return 0
-        state = self.checkpointer.restore(self.model, self.optimizer, self.scheduler)
+        state = self.checkpointer.restore(self.model, self.optimizer, self.scheduler, step=step)
         print(f"resuming from step {state['step']} ({self.checkpointer.directory})")
         return state["data_position"]
 

@@ -183,3 +183,24 @@ def test_a_second_run_in_a_busy_folder_exits_naming_the_holder(tmp_path):
     assert result.returncode != 0 and len(result.stderr.strip().splitlines()) == 1
     assert f"is in use by pid {os.getpid()} on host {holder['host']}" in result.stderr
     assert sorted(p.name for p in run.iterdir()) == [".lock"]  # nothing written
+
+
+def test_a_damaged_newest_checkpoint_is_set_aside_and_the_run_resumes_exactly(
+        reference_run, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(reference_run[0], run)
+    newest = run / "checkpoints" / "step-00000012"
+    shard = sorted(newest.glob("*.distcp"))[0]
+    shard.write_bytes(shard.read_bytes()[:100])  # a truncated copy
+
+    export = zoo("export", str(newest), str(tmp_path / "hf"))
+    assert export.returncode != 0 and len(export.stderr.strip().splitlines()) == 1
+    assert f"is damaged: {shard.name} is 100 bytes" in export.stderr
+    assert not (tmp_path / "hf").exists()
+
+    rerun = zoo("train", "llama-tiny", "--tpu", "cpu-4", "--steps", "12", "--out", str(run),
+                "checkpoint_every=4", *SMALL)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "step-00000012 is damaged" in rerun.stderr and "resuming from step 8" in rerun.stdout
+    assert (run / "checkpoints" / "step-00000012.damaged" / shard.name).is_file()  # kept
+    assert losses(run) == losses(reference_run[0])  # steps 9-12 again, identical

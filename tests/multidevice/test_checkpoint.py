@@ -5,8 +5,10 @@ tests/support/checkpoint_worker.py runs once per device count (both in parallel)
 own save/restore scenarios it restores the other worker's checkpoint (phase 2).
 """
 
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -195,3 +197,36 @@ def test_checkpoint_folder_bookkeeping_without_a_device(tmp_path):
         )
     (tmp_path / "run/checkpoints/.tmp-step-00000009").mkdir()
     torch.testing.assert_close(load_checkpoint(tmp_path / "run")["w"], weights["w"] * 2)
+
+
+@pytest.mark.parametrize("devices", DEVICE_COUNTS)
+def test_a_save_that_runs_out_of_disk_leaves_the_previous_checkpoint_newest(runs, devices):
+    after = runs[devices]["after_no_space"]
+    assert "\n" not in after["error"] and "No space left on device" in after["error"]
+    assert f"the newest checkpoint is still step {STEPS}" in after["error"]
+    assert after["latest"] == STEPS
+    assert after["folders"] == ["step-00000004", "step-00000006"]  # partial files removed
+
+
+def damaged_copy(runs, tmp_path) -> Path:
+    """run-4 with the newest checkpoint's first shard cut short, as a bad copy leaves it."""
+    run = tmp_path / "run"
+    shutil.copytree(runs["out"] / "run-4", run)
+    shard = sorted((run / f"step-{STEPS:08d}").glob("*.distcp"))[0]
+    shard.write_bytes(shard.read_bytes()[:100])
+    return run
+
+
+def test_a_damaged_newest_checkpoint_is_moved_aside_for_the_one_before(runs, tmp_path, capsys):
+    run = damaged_copy(runs, tmp_path)
+    assert Checkpointer(run).latest_intact_step() == RESTORE_STEP
+    line = capsys.readouterr().err.strip()
+    assert line.count("\n") == 0 and "is damaged (__0_0.distcp is 100 bytes" in line
+    assert sorted(p.name for p in run.iterdir()) == [
+        f"step-{RESTORE_STEP:08d}", f"step-{STEPS:08d}.damaged"]  # kept, never deleted
+
+
+def test_reading_a_damaged_checkpoint_names_the_bad_file(runs, tmp_path):
+    run = damaged_copy(runs, tmp_path)
+    with pytest.raises(UserError, match=r"is damaged: __0_0.distcp is 100 bytes, [\d,]+ when"):
+        load_checkpoint(run / f"step-{STEPS:08d}")

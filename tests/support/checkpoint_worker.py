@@ -10,6 +10,7 @@ directory (saved on a different device count) to restore and continue from (phas
 Usage (from the repo root): python -m tests.support.checkpoint_worker OUT
 """
 
+import errno
 import os
 import sys
 from pathlib import Path
@@ -23,6 +24,7 @@ import torch_xla.runtime as xr  # noqa: E402
 
 from tests.support.paths import DATA  # noqa: E402
 from tests.support.toy_model import DIM, SEQ, VOCAB, ToyModel  # noqa: E402
+from zoo.core import checkpoint as checkpoint_module  # noqa: E402
 from zoo.core.checkpoint import Checkpointer  # noqa: E402
 from zoo.core.errors import UserError  # noqa: E402
 from zoo.core.inputs import shard_batch  # noqa: E402
@@ -30,6 +32,7 @@ from zoo.core.mesh import MeshConfig, build_mesh  # noqa: E402
 from zoo.core.sharding import ShardingRules, shard_model  # noqa: E402
 
 RULES = DATA / "toy_fsdp.yaml"
+torch_save = checkpoint_module._torch_save
 STEPS, RESTORE_STEP, BATCH = 6, 4, 8
 
 
@@ -117,6 +120,16 @@ def phase1(out: Path, devices: int) -> dict:
     del checkpointer._commit
     after_crash = {"latest": checkpointer.latest_step(), "folders": sorted(os.listdir(run))}
 
+    # A disk that fills up midway (ENOSPC after the shards are written).
+    def disk_full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    checkpoint_module._torch_save = disk_full
+    no_space = error_of(lambda: checkpointer.save(STEPS + 4, model, optimizer, scheduler))
+    checkpoint_module._torch_save = torch_save
+    after_no_space = {"latest": checkpointer.latest_step(), "folders": sorted(os.listdir(run)),
+                      "error": no_space}
+
     model, optimizer, scheduler, mesh = build(seed=1)
     info = checkpointer.restore(model, optimizer, scheduler, step=RESTORE_STEP)
     restored = snapshot(model, optimizer, scheduler)
@@ -139,6 +152,7 @@ def phase1(out: Path, devices: int) -> dict:
         "fresh_specs": fresh_specs,
         "folders": folders,
         "after_crash": after_crash,
+        "after_no_space": after_no_space,
         "info": info,
         "restored": restored,
         "resumed": resumed,
