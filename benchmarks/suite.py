@@ -47,8 +47,15 @@ def load_suite(name_or_path: str) -> list[Entry]:
             "(or a path to a YAML file)"
         )
     fields = {f.name for f in dataclasses.fields(Entry)}
+    try:
+        raws = yaml.safe_load(path.read_text()) or []
+    except yaml.YAMLError as error:
+        raise UserError(f"benchmark suite {path} is not valid YAML: {error.problem}") from None
+    if not isinstance(raws, list) or not all(isinstance(raw, dict) for raw in raws):
+        raise UserError(f"benchmark suite {path} must be a list of entries "
+                        "(see benchmarks/suites/default.yaml)")
     entries = []
-    for raw in yaml.safe_load(path.read_text()) or []:
+    for raw in raws:
         unknown = set(raw) - fields
         if unknown:
             raise UserError(

@@ -87,6 +87,17 @@ def tpu_type() -> str | None:
         return None
 
 
+def host_memory_available() -> int | None:
+    """Bytes of host memory available to a new workload now (Linux MemAvailable)."""
+    try:
+        for line in open("/proc/meminfo"):
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
 def compile_stats() -> tuple[int, float]:
     """XLA compilations so far in this process and their total seconds (torch_xla's
     CompileTime metric)."""

@@ -138,9 +138,11 @@ def train(model, overrides, tpu, steps, out, init_from, config_files, force_resu
                         [*flags, *(f"--config={f}" for f in config_files), *overrides])
         return
     from zoo.compose import train as run_training
+    from zoo.plan import check_fits
 
     flags = {"tpu": tpu, "steps": steps, "out": out or f"runs/{model}", "init_from": init_from}
     overrides = [f"{k}={v}" for k, v in flags.items() if v is not None] + list(overrides)
+    check_fits(model, tpu or "cpu", overrides, config_files)
     cfg, summary = run_training(model, overrides, config_files, force_resume)
     if not summary:
         click.echo(f"nothing to do: {cfg.out} already trained {cfg.steps} steps")

@@ -116,15 +116,15 @@ def build_engine(model_name: str, overrides: list[str], config_files=(), build_m
         if family.load_hf is None:
             raise UserError(f"{family.name} cannot load Hugging Face checkpoints (--init-from)")
         cfg = dataclasses.replace(cfg, model=family.config_from_hf(cfg.init_from))
+    cfg = family.task.resolve(cfg)
+    if not force_resume:
+        check_resumable(cfg)
     runtime.configure()
     from zoo.core.remat import RematConfig
     from zoo.core.sharding import ShardingRules
 
     rules = ShardingRules.from_yaml(rules_path)
     remat = config_lib.load(RematConfig, files=[remat_path])
-    cfg = family.task.resolve(cfg)
-    if not force_resume:
-        check_resumable(cfg)
     import torch_xla.runtime as xr
 
     from zoo.core.engine import Engine

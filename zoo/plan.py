@@ -8,7 +8,8 @@ import dataclasses
 
 from zoo.compose import load_run_config
 from zoo.core import config as config_lib
-from zoo.core import topology
+from zoo.core import runtime, topology
+from zoo.core.errors import UserError
 from zoo.core.flops import train_flops
 from zoo.core.inputs import host_batch_size
 from zoo.core.mesh import resolve_axis_sizes
@@ -59,10 +60,11 @@ class Plan:
         }
 
 
-def make_plan(model_name: str, slice_type: str, overrides: list[str], target_mfu: float) -> Plan:
+def make_plan(model_name: str, slice_type: str, overrides: list[str], target_mfu: float,
+              config_files=()) -> Plan:
     import torch
 
-    family, cfg = load_run_config(model_name, [f"tpu={slice_type}", *overrides])
+    family, cfg = load_run_config(model_name, [f"tpu={slice_type}", *overrides], config_files)
     topo = topology.parse(cfg.tpu)
     host_batch_size(cfg.global_batch_size, topo.hosts)  # what `zoo train` requires too
     mesh = resolve_axis_sizes(cfg.mesh, topo.devices)
@@ -103,6 +105,26 @@ def make_plan(model_name: str, slice_type: str, overrides: list[str], target_mfu
         flops / (target_mfu * peak) if peak else None,
         target_mfu,
     )
+
+
+def check_fits(model_name: str, slice_type: str, overrides: list[str], config_files=()) -> None:
+    """Before a run builds anything: refuse one whose plan does not fit, with the numbers.
+    TPU: the plan per chip against HBM. CPU: every virtual device's share against the host
+    memory available now (the devices share it)."""
+    plan = make_plan(model_name, slice_type, overrides, 0.5, config_files)
+    gib = 2**30
+    if plan.topology.is_tpu:
+        if not plan.fits:
+            raise UserError(
+                f"{model_name} needs {plan.total / gib:,.1f} GiB per chip by `zoo plan` but a "
+                f"{plan.topology.name} chip has {plan.hbm_bytes / gib:g} GiB; {FIT_ADVICE}")
+        return
+    need, have = plan.total * plan.topology.devices, runtime.host_memory_available()
+    if have is not None and need > have:
+        raise UserError(
+            f"{model_name} needs about {need / gib:,.1f} GiB of host memory by `zoo plan` "
+            f"(largest: {plan.largest}) but {have / gib:,.1f} GiB is available; use a smaller "
+            "model, global_batch_size or seq_len, or remat=checkpoint")
 
 
 def describe(plan: Plan) -> str:

@@ -8,9 +8,8 @@ import dataclasses
 import torch
 import torch.nn.functional as F
 
-from zoo.core.data import check_vocab, load_tokenizer
+from zoo.core.data import check_vocab, load_tokenizer, local_files
 from zoo.core.engine import TrainConfig
-from zoo.core.errors import UserError
 from zoo.core.task import Task
 from zoo.tasks.packed_text import DataConfig, TokenBatches
 
@@ -19,6 +18,14 @@ from zoo.tasks.packed_text import DataConfig, TokenBatches
 class LMTrainConfig(TrainConfig):
     seq_len: int = 256
     data: DataConfig = dataclasses.field(default_factory=DataConfig)
+
+    def __post_init__(self):
+        super().__post_init__()
+        # the run schema (zoo/compose.py) adds `model`; a bare LMTrainConfig has none
+        longest = getattr(getattr(self, "model", None), "max_position_embeddings", None)
+        if longest and self.seq_len > longest:
+            raise ValueError(f"seq_len {self.seq_len} is longer than the model's "
+                             f"max_position_embeddings ({longest}); use seq_len<={longest}")
 
 
 def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -35,6 +42,12 @@ def with_token_ids(config, tokenizer, names: tuple[str, ...]):
     return dataclasses.replace(config, model=dataclasses.replace(config.model, **ids))
 
 
+def check_source(source: str) -> None:
+    """A local data source that is missing or empty fails now, before anything is built."""
+    if source not in ("default", "synthetic"):
+        local_files(source)  # raises a one-line DataError; None for a Hub name
+
+
 def tokenizer_for(config):
     """The run's tokenizer, or None when it trains on synthetic tokens."""
     return None if config.data.source == "synthetic" else load_tokenizer(config.data.tokenizer)
@@ -48,10 +61,7 @@ class CausalLM(Task):
     generates_text = True
 
     def resolve(self, config: LMTrainConfig) -> LMTrainConfig:
-        longest = getattr(config.model, "max_position_embeddings", None)
-        if longest and config.seq_len > longest:
-            raise UserError(f"seq_len {config.seq_len} is longer than the model's "
-                            f"max_position_embeddings ({longest}); use seq_len<={longest}")
+        check_source(config.data.source)
         tokenizer = tokenizer_for(config)
         if tokenizer is None:
             return config

@@ -51,7 +51,13 @@ def _load_splits(source: str) -> dict:
 
         return datasets.load_dataset("imagefolder", data_dir=str(default_image_folder()))
     if Path(source).is_dir():
-        return datasets.load_dataset("imagefolder", data_dir=source)
+        try:
+            return datasets.load_dataset("imagefolder", data_dir=source)
+        except Exception as error:  # no images, no class folders, unreadable files
+            raise UserError(
+                f"data.source {source} is not a folder of train/<class>/ and val/<class>/ "
+                f"images ({type(error).__name__})"
+            ) from None
     if Path(source).exists() or source.startswith((".", "/")):
         raise UserError(f"data.source {source} is not a folder of train/ and val/ images")
     try:

@@ -24,7 +24,7 @@ from zoo.core.errors import UserError
 from zoo.core.inputs import host_batch_size
 from zoo.core.optim import OptimConfig
 from zoo.core.task import Task
-from zoo.tasks.causal_lm import tokenizer_for, with_token_ids
+from zoo.tasks.causal_lm import check_source, tokenizer_for, with_token_ids
 
 WORDS = (
     "apple river stone cloud tiger green music paper silver garden window candle horse "
@@ -153,6 +153,7 @@ class Seq2Seq(Task):
     eval_backend = "seq2seq"
 
     def resolve(self, config: Seq2SeqTrainConfig) -> Seq2SeqTrainConfig:
+        check_source(config.data.source)
         tokenizer = tokenizer_for(config)
         if tokenizer is None:
             return config

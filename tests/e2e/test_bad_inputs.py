@@ -1,0 +1,127 @@
+"""Bad input, as a new user types it, across the CLI, config files and keys, data sources,
+checkpoints, run folders, topologies, eval tasks, bench suites and the TPU launcher: a
+non-zero exit, one line on stderr naming what was wrong and what to do, no traceback, an
+answer within 15 s, and every existing file byte-for-byte unchanged. ({d} is a scratch folder
+holding the files below.)"""
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from tests.support.runs import zoo
+
+FILES = {
+    "not_yaml.yaml": "steps: [1, 2\n",
+    "unknown_key.yaml": "nosuch: 1\n",
+    "suite_dict.yaml": "a: 1\n",
+    "empty/.keep": "",
+    "no_tasks/base.yaml": "output_type: multiple_choice\n",
+    "run/config.yaml": "model_name: llama-tiny\n",
+}
+ZONE = ["--zone", "us-central2-b", "--dry-run"]
+CASES = [
+    # model names, config keys and values
+    (["train", "nosuchmodel"], "unknown model 'nosuchmodel'; valid: llama-tiny"),
+    (["train", "llama-tiny", "optim.lrr=3"], "unknown config key 'optim.lrr'; valid keys under"),
+    (["train", "llama-tiny", "nosuch=1"], "unknown config key 'nosuch'; valid keys at the top"),
+    (["train", "llama-tiny", "steps=abc"], "bad value for config key 'steps'"),
+    (["train", "llama-tiny", "steps=-5"], "steps must be at least 1, not -5"),
+    (["train", "llama-tiny", "--steps", "0"], "steps must be at least 1, not 0"),
+    (["train", "llama-tiny", "global_batch_size=0"], "global_batch_size must be at least 1"),
+    (["train", "llama-tiny", "log_every=0"], "log_every must be at least 1"),
+    (["train", "llama-tiny", "precision=fp8"], "precision must be auto, fp32 or bf16, not fp8"),
+    (["train", "llama-tiny", "grad_accum=3"], "must be a multiple of grad_accum (3)"),
+    (["train", "llama-tiny", "sharding=zigzag"], "llama has no sharding preset 'zigzag'"),
+    (["train", "llama-tiny", "remat=zigzag"], "llama has no remat preset 'zigzag'"),
+    (["train", "llama-tiny", "mesh.tensor=3"], "cannot fill 1 devices: 3 does not divide 1"),
+    (["train", "llama-tiny", "model.num_attention_heads=5"],
+     "must be a multiple of model.num_key_value_heads (4)"),
+    (["train", "llama-tiny", "seq_len=100000"],
+     "longer than the model's max_position_embeddings (8192)"),
+    # config files
+    (["train", "llama-tiny", "--config", "{d}/not_yaml.yaml"], "is not valid YAML at line 2"),
+    (["train", "llama-tiny", "--config", "{d}/unknown_key.yaml"],
+     "unknown_key.yaml: unknown config key 'nosuch'"),
+    (["train", "llama-tiny", "--config", "{d}/missing.yaml"], "missing.yaml does not exist"),
+    # data sources and tokenizers
+    (["train", "llama-tiny", "data.source={d}/missing.txt"], "missing.txt does not exist"),
+    (["train", "llama-tiny", "data.source={d}/empty"], "has no .txt/.jsonl/.json/.parquet"),
+    (["train", "llama-tiny", "data.tokenizer={d}/missing"], "tokenizer dir"),
+    (["train", "vit-tiny", "data.source={d}/empty"], "is not a folder of train/<class>/"),
+    (["train", "llama-tiny", "--init-from", "{d}/empty"], "not a Hugging Face checkpoint"),
+    # slices and memory
+    (["train", "llama-tiny", "--tpu", "v9-8"], "unknown slice type 'v9-8'; valid forms"),
+    (["train", "llama-tiny", "--tpu", "v4-7"], "'v4-7' is not a v4 slice"),
+    (["train", "llama-70b", "--tpu", "v4-8"], "needs 274.0 GiB per chip by `zoo plan`"),
+    (["train", "llama-70b", "--tpu", "cpu-1"], "GiB of host memory by `zoo plan`"),
+    (["plan", "llama-8b", "--tpu", "v5p-128", "global_batch_size=8"],
+     "global batch size 8 does not split over 16 hosts"),
+    (["plan", "nosuch", "--tpu", "v4-8"], "unknown model 'nosuch'"),
+    (["topology", "nope"], "unknown slice type 'nope'"),
+    # run folders and checkpoints
+    (["export", "{d}/missing", "{d}/out"], "is neither a run folder nor a checkpoint"),
+    (["export", "{d}/run", "{d}/out"], "nor a folder with complete step-NNNNNNNN checkpoints"),
+    (["generate", "{d}/empty", "--prompt", "hi"], "is neither a run folder nor a checkpoint"),
+    # evaluation
+    (["eval", "{d}/missing", "--tasks", "arc_easy_sample"], "missing does not exist"),
+    (["eval", "{d}/run"], "--tasks is required for language models"),
+    (["eval", "{d}/run", "--tasks", "nosuchtask"], "unknown task 'nosuchtask'"),
+    (["eval", "{d}/run", "--tasks", "{d}/no_tasks"], "has no YAML declaring a `task:`"),
+    # benchmarks
+    (["bench", "--suite", "{d}/missing.yaml"], "no benchmark suite"),
+    (["bench", "--suite", "{d}/not_yaml.yaml"], "is not valid YAML"),
+    (["bench", "--suite", "{d}/suite_dict.yaml"], "must be a list of entries"),
+    (["bench", "--models", "nosuch"], "no entries of ['nosuch'] in suite default"),
+    # the TPU launcher and scaffolding
+    (["tpu", "create", "bad name;rm", "--tpu", "v4-8", *ZONE], "is not a valid TPU VM name"),
+    (["tpu", "create", "ok-name", "--tpu", "v4-8"], "no zone: pass --zone"),
+    (["tpu", "create", "ok-name", "--tpu", "v9-8", *ZONE], "unknown slice type 'v9-8'"),
+    (["tpu", "logs", "Bad_Name", *ZONE], "'Bad_Name' is not a valid TPU VM name"),
+    (["train", "llama-tiny", "--on", "node"], "--on needs --tpu TYPE"),
+    (["new-model", "Bad-Name"], "must be lowercase letters, digits and underscores"),
+    (["new-model", "llama"], "a family called 'llama' is already registered"),
+]
+
+
+@pytest.fixture(scope="module")
+def answers(tmp_path_factory):
+    """Every case run once (a few at a time: each is mostly process start-up), timed; the
+    scratch folder's files before and after all of them."""
+    scratch = tmp_path_factory.mktemp("scratch")
+    for name, text in FILES.items():
+        (scratch / name).parent.mkdir(parents=True, exist_ok=True)
+        (scratch / name).write_text(text)
+    before = files(scratch)
+
+    def answer(args):
+        args = [a.format(d=scratch) for a in args]
+        if args[0] == "train" and "--on" not in args:
+            args += ["--out", str(scratch / "train-out")]
+        start = time.monotonic()
+        result = zoo(*args, timeout=60)
+        return result, time.monotonic() - start
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(answer, [args for args, _ in CASES]))
+    return {"results": results, "before": before, "after": files(scratch), "scratch": scratch}
+
+
+def files(folder) -> dict:
+    return {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("case", range(len(CASES)), ids=[" ".join(a) for a, _ in CASES])
+def test_bad_input_is_one_line_nonzero_and_quick(answers, case):
+    result, took = answers["results"][case]
+    message = CASES[case][1]
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode != 0
+    assert len(lines) == 1 and message in lines[0], result.stderr[-2000:]
+    assert "Traceback" not in result.stderr + result.stdout
+    assert took < 15, f"{took:.1f} s"
+
+
+def test_no_bad_input_changed_or_wrote_a_file(answers):
+    assert answers["after"] == answers["before"]
+    assert not (answers["scratch"] / "train-out").exists()
