@@ -108,6 +108,12 @@ def _flatten(tree: dict, prefix: str = "") -> dict:
     return flat
 
 
+def same_named(source, names: tuple[str, ...]) -> dict:
+    """{name: source.name} for the fields a config shares, by name, with its Hugging Face
+    counterpart: one list serves both directions of a conversion."""
+    return {name: getattr(source, name) for name in names}
+
+
 def to_yaml(cfg) -> str:
     return OmegaConf.to_yaml(OmegaConf.structured(cfg))
 

@@ -11,12 +11,6 @@ import torch
 from zoo.core.errors import UserError
 
 
-def same_named(source, names: tuple[str, ...]) -> dict:
-    """{name: source.name} for the fields a config shares, by name, with its Hugging Face
-    counterpart: one list serves both directions of a conversion."""
-    return {name: getattr(source, name) for name in names}
-
-
 def local_dir(name_or_path: str) -> Path:
     """A local HF folder as is; a Hub name is downloaded (fails early and clearly offline)."""
     path = Path(name_or_path)

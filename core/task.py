@@ -24,7 +24,10 @@ Extension points (override in a subclass; the defaults are marked):
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the CLI imports the registry, which imports this: keep torch out of it
+    import torch
 
 
 class Task:

@@ -13,8 +13,6 @@ from zoo.core.errors import UserError
 from zoo.core.flops import train_flops
 from zoo.core.inputs import host_batch_size
 from zoo.core.mesh import resolve_axis_sizes
-from zoo.core.remat import RematConfig
-from zoo.core.sharding import ShardingRules, plan_params
 
 OPTIMIZER_STATES = {"adamw": 2, "sgd": 1}  # fp32 tensors per parameter
 FIT_ADVICE = ("to fit: a larger slice (more fsdp shards), remat=checkpoint, a smaller "
@@ -62,9 +60,12 @@ class Plan:
 
 def make_plan(model_name: str, slice_type: str, overrides: list[str], target_mfu: float,
               config_files=()) -> Plan:
-    import torch
-
     family, cfg = load_run_config(model_name, [f"tpu={slice_type}", *overrides], config_files)
+    import torch  # after the config: a bad key fails without loading torch
+
+    from zoo.core.remat import RematConfig
+    from zoo.core.sharding import ShardingRules, plan_params
+
     topo = topology.parse(cfg.tpu)
     host_batch_size(cfg.global_batch_size, topo.hosts)  # what `zoo train` requires too
     mesh = resolve_axis_sizes(cfg.mesh, topo.devices)

@@ -51,6 +51,7 @@ CASES = [
     (["train", "vit-tiny", "data.source={d}/empty"], "is not a folder of train/<class>/"),
     (["train", "llama-tiny", "--init-from", "{d}/empty"], "not a Hugging Face checkpoint"),
     # slices and memory
+    (["train", "llama-1b", "--tpu", "v4-32"], "needs that TPU slice, but this machine has no TPU"),
     (["train", "llama-tiny", "--tpu", "v9-8"], "unknown slice type 'v9-8'; valid forms"),
     (["train", "llama-tiny", "--tpu", "v4-7"], "'v4-7' is not a v4 slice"),
     (["train", "llama-70b", "--tpu", "v4-8"], "needs 274.0 GiB per chip by `zoo plan`"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from zoo.core.hf import same_named
+from zoo.core.config import same_named
 
 
 @dataclasses.dataclass
