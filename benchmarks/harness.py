@@ -1,6 +1,6 @@
 """`zoo bench`: run a suite entry by entry (one process each), compute throughput and MFU
-against a peak measured in the same run, write results.json / results.md / a plot, and gate
-on a committed baseline."""
+against a peak measured right before each entry, write results.json / results.md / a plot,
+and gate on a committed baseline."""
 
 from __future__ import annotations
 
@@ -14,19 +14,12 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from zoo.benchmarks.calibration import RunPeaks, peak_dtype
 from zoo.benchmarks.suite import Entry
 from zoo.core import topology
 from zoo.core.errors import UserError
-from zoo.core.flops import calibrate_cpu_peak
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def calibrate(entries: list[Entry]) -> dict:
-    """Peak FLOP/s per entry topology: the catalog on TPU, a matmul measured here on CPU."""
-    if all(topology.parse(e.tpu).is_tpu for e in entries):
-        return {}
-    return {dtype: calibrate_cpu_peak(dtype, seconds=1.0) for dtype in ("float32", "bfloat16")}
 
 
 def run_entry(entry: Entry, steps: int, peer: str | None, profile_dir: str | None) -> dict:
@@ -46,20 +39,20 @@ def run_entry(entry: Entry, steps: int, peer: str | None, profile_dir: str | Non
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def summarize(entry: Entry, impl: str, raw: dict, calibration: dict) -> dict:
-    """One results record: the measurements plus derived throughput, TFLOP/s and MFU."""
+def summarize(entry: Entry, impl: str, raw: dict, peak: float | None) -> dict:
+    """One results record: the measurements plus derived throughput, TFLOP/s and MFU
+    (against `peak`, the run's CPU peak, on CPU)."""
     topo = topology.parse(entry.tpu)
     times = raw["step_times_s"]
     median = statistics.median(times)
     per_chip_divisor = topo.per_chip(raw["devices"])
     if topo.is_tpu:
-        peak, peak_source = topo.peak_bf16_flops, topo.peak_description
-    elif calibration:
-        dtype = "bfloat16" if raw["bf16"] else "float32"
-        peak = calibration[dtype]
-        peak_source = f"host {dtype} XLA matmul, measured {peak / 1e9:.0f} GFLOP/s"
+        peak_flops, peak_source = topo.peak_bf16_flops, topo.peak_description
+    elif peak:
+        peak_flops = peak
+        peak_source = f"host {'bfloat16' if raw['bf16'] else 'float32'} XLA matmul"
     else:
-        peak, peak_source = None, None
+        peak_flops, peak_source = None, None
     items_per_s = raw["items_per_step"] / median
     flops_per_s = raw["flops_per_step"] / median
     return {
@@ -85,8 +78,8 @@ def summarize(entry: Entry, impl: str, raw: dict, calibration: dict) -> dict:
         "items_per_s": items_per_s,
         "items_per_s_per_chip": items_per_s / per_chip_divisor,
         "model_tflops_per_s_per_chip": flops_per_s / per_chip_divisor / 1e12,
-        "mfu": flops_per_s / peak if peak else None,
-        "peak_flops": peak,
+        "mfu": flops_per_s / peak_flops if peak_flops else None,
+        "peak_flops": peak_flops,
         "peak_source": peak_source,
         "attention_flops": "causal",
         "compiles_timed": raw["compiles_timed"],
@@ -94,7 +87,7 @@ def summarize(entry: Entry, impl: str, raw: dict, calibration: dict) -> dict:
     }
 
 
-def environment(calibration: dict) -> dict:
+def environment() -> dict:
     import importlib.metadata as md
 
     def version(name):
@@ -118,7 +111,6 @@ def environment(calibration: dict) -> dict:
         "processor": platform.processor() or None,
         "host_cpus": _cpu_count(),
         "git_commit": commit,
-        "calibration_flops": calibration,
     }
 
 
@@ -131,25 +123,47 @@ def _cpu_count() -> int:
 def run_suite(
     entries: list[Entry], steps: int, compare: str | None, mfu: bool, profile_dir: str | None
 ) -> dict:
-    calibration = calibrate(entries) if mfu else {}
-    if calibration:
-        tqdm.write(
-            "calibration (host CPU, XLA matmul, best of 1024 and 2048 square): "
-            + ", ".join(f"{k} {v / 1e9:.0f} GFLOP/s" for k, v in calibration.items())
-        )
+    """Every entry (then every peer run), each right after a CPU peak measurement."""
     jobs = [(e, None) for e in entries]
     # The peer runs without remat: HF has no LayerStack to scan, and its decoder layers take
     # keyword arguments that torch_xla's (reentrant) checkpoint cannot pass.
     jobs += [(e, compare) for e in entries if compare and e.remat == "none"]
-    records = []
+    dtypes = {e.name: peak_dtype(e) for e in entries} if mfu else {}
+    peaks, timed = RunPeaks(), []
     for entry, peer in tqdm(jobs, desc="bench", unit="entry"):
-        profile = str(Path(profile_dir) / f"{entry.name}-{peer or 'zoo'}") if profile_dir else None
-        raw = run_entry(entry, steps, peer, profile)
-        records.append(summarize(entry, peer or "zoo", raw, calibration))
+        dtype = dtypes.get(entry.name)
+        before = peaks.measure(dtype) if dtype else None
+        raw = run_entry(entry, steps, peer, _profile_path(profile_dir, entry, peer))
+        timed.append((entry, peer or "zoo", raw, dtype, before))
         tqdm.write(
-            f"{entry.name} ({peer or 'zoo'}): median step {records[-1]['step_time_median_s']:.3f} s"
+            f"{entry.name} ({peer or 'zoo'}): median step "
+            f"{statistics.median(raw['step_times_s']):.3f} s"
+            + (f", CPU peak right before {before.flops / 1e9:.0f} GFLOP/s" if before else "")
         )
-    return {"environment": environment(calibration), "records": records}
+    records = []
+    for entry, impl, raw, dtype, before in timed:
+        records.append(summarize(entry, impl, raw, peaks.peak(dtype) if dtype else None))
+        records[-1]["peak_before_entry_flops"] = before.flops if before else None
+    relate_to_reference(records, records[0])
+    return {
+        "environment": environment(),
+        "calibration": peaks.summary(),
+        "reference_entry": records[0]["name"],
+        "records": records,
+    }
+
+
+def relate_to_reference(records: list[dict], reference: dict) -> None:
+    """Step time over the reference entry's, timed in the same run: the machine's speed of
+    the moment divides out."""
+    for record in records:
+        record["step_time_vs_reference"] = (
+            record["step_time_median_s"] / reference["step_time_median_s"]
+        )
+
+
+def _profile_path(profile_dir: str | None, entry: Entry, peer: str | None) -> str | None:
+    return str(Path(profile_dir) / f"{entry.name}-{peer or 'zoo'}") if profile_dir else None
 
 
 def compare_ratios(records: list[dict]) -> list[tuple[str, str, float]]:
@@ -161,20 +175,3 @@ def compare_ratios(records: list[dict]) -> list[tuple[str, str, float]]:
         for r in records
         if r["impl"] != "zoo" and r["name"] in zoo
     ]
-
-
-def regressions(records: list[dict], baseline: dict, tolerance: float) -> list[str]:
-    """Entries whose MFU (normalized by the same-run peak) fell more than `tolerance` below
-    the baseline's; entries missing from either side are not judged."""
-    base = {(r["name"], r["impl"]): r for r in baseline["records"]}
-    failed = []
-    for record in records:
-        old = base.get((record["name"], record["impl"]))
-        if old is None or old.get("mfu") is None or record.get("mfu") is None:
-            continue
-        if record["mfu"] < old["mfu"] * (1 - tolerance):
-            failed.append(
-                f"{record['name']} ({record['impl']}): MFU {record['mfu']:.2%} vs "
-                f"baseline {old['mfu']:.2%}"
-            )
-    return failed

@@ -38,13 +38,40 @@ def table(records: list[dict]) -> str:
 
 def footnote(results: dict) -> str:
     env = results["environment"]
-    peaks = {r["peak_source"] for r in results["records"] if r["peak_source"]}
     return (
         f"torch {env['torch']}, torch_xla {env['torch_xla']}, {env['machine']} with "
         f"{env['host_cpus']} CPUs, commit {env['git_commit']}. MFU = model FLOPs (3 x "
         f"forward matmul FLOPs, causal attention) / (step time x peak); peak: "
-        f"{'; '.join(sorted(peaks)) or 'not measured (run with --mfu)'}. Compiles: during "
-        "the timed steps (0 = the step compiled once and was replayed)."
+        f"{peak_note(results)}. Compiles: during the timed steps (0 = the step compiled once "
+        "and was replayed)."
+    )
+
+
+def peak_note(results: dict) -> str:
+    """Where the peaks came from: the TPU catalog, or the CPU calibration and its spread."""
+    notes = sorted({r["peak_source"] for r in results["records"] if r["peak_source"]})
+    calibration = results.get("calibration") or {}
+    notes += [
+        f"{dtype} {c['peak_flops'] / 1e9:.0f} GFLOP/s, the best of {c['measurements']} "
+        f"measurements (spread {c['spread']:.1%}; {calibration['method']})"
+        for dtype, c in calibration.items() if dtype != "method"
+    ]
+    return "; ".join(notes) or "not measured (run with --mfu)"
+
+
+BUSY_SPREAD = 0.10  # per-entry peaks of an undisturbed run here lay within a few percent
+
+
+def busy_host_warning(results: dict) -> str | None:
+    """Say so when the host was busy during the run: its step times are then not comparable."""
+    calibration = results.get("calibration") or {}
+    spreads = [c["spread"] for dtype, c in calibration.items() if dtype != "method"]
+    if not spreads or max(spreads) <= BUSY_SPREAD:
+        return None
+    return (
+        f"warning: the CPU peak measured before each entry varied by {max(spreads):.0%} in this "
+        "run: other load shared the cores, so its step times are not comparable; rerun on a "
+        "quiet machine"
     )
 
 
@@ -53,6 +80,8 @@ def markdown(results: dict, ratios) -> str:
     lines = ["# Benchmark results", "", header, "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(str(f(r)) for _, f in COLUMNS) + " |" for r in results["records"]]
     lines += ["", footnote(results)]
+    warning = busy_host_warning(results)
+    lines += ["", f"**{warning}**"] if warning else []
     if ratios:
         lines += ["", "Step time ratio zoo / peer (below 1.0: the zoo is faster):", ""]
         lines += [f"- {name}: zoo / {peer} = {ratio:.2f}" for name, peer, ratio in ratios]

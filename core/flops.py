@@ -7,6 +7,8 @@ counted causal (half the score matrix, MaxText's convention) unless `causal=Fals
 
 from __future__ import annotations
 
+import dataclasses
+import statistics
 import time
 
 from zoo.core.decoder_shape import DecoderShape
@@ -30,37 +32,66 @@ def train_flops(forward_flops: float) -> float:
     return 3.0 * forward_flops
 
 
-def calibrate_cpu_peak(dtype_name: str = "float32", sizes=(1024, 2048),
-                       seconds: float = 0.4) -> float:
+@dataclasses.dataclass(frozen=True)
+class PeakMeasurement:
+    """A measured CPU peak: the FLOP/s of several timed windows of one matmul. The peak is
+    their best (other load only ever slows a window down); the windows are kept so the
+    measurement's own spread can be reported next to it."""
+
+    dtype: str
+    windows: tuple[float, ...]
+
+    @property
+    def flops(self) -> float:
+        return max(self.windows)
+
+    @property
+    def spread(self) -> float:
+        return spread(self.windows)
+
+
+def spread(values) -> float:
+    """(max - min) / median: how far repeated measurements of one quantity lie apart."""
+    return (max(values) - min(values)) / statistics.median(values)
+
+
+def calibrate_cpu_peak(dtype_name: str = "float32", size: int = 2048, windows: int = 5,
+                       seconds: float = 1.0) -> PeakMeasurement:
     """Measured matmul FLOP/s of this host's CPU through XLA, the runtime the model runs
-    on (XLA:CPU's matmuls beat torch's eager ones here): the CPU's 'peak'. The best of a
-    few square sizes, so MFU divides by what the CPU sustains, not by one unlucky size.
-    Under SPMD the rows are split over all devices, so the whole runtime shares the work
-    (a replicated matmul would do it once per virtual device)."""
+    on (XLA:CPU's matmuls beat torch's eager ones here): the CPU's 'peak'.
+
+    One untimed window first lets thread pools spin up and clocks settle (the first window
+    of a fresh process ran up to 10% slow here); then `windows` windows of `seconds` each.
+    2048 square was the fastest of 1024, 2048 and 3072 on this host. Under SPMD the rows are
+    split over all devices, so the whole runtime shares the work (a replicated matmul would
+    do it once per virtual device)."""
     import numpy as np
     import torch
     import torch_xla
-    import torch_xla.core.xla_model as xm
     import torch_xla.distributed.spmd as xs
     import torch_xla.runtime as xr
 
     dtype, device = getattr(torch, dtype_name), torch_xla.device()
-    devices = xr.global_runtime_device_count()
-    best = 0.0
-    for size in sizes:
-        a = torch.randn(size, size, dtype=dtype).to(device)
-        b = torch.randn(size, size, dtype=dtype).to(device)
-        if xr.is_spmd():
-            xs.mark_sharding(a, xs.Mesh(np.arange(devices), (devices,), ("all",)), ("all", None))
+    a = torch.randn(size, size, dtype=dtype).to(device)
+    b = torch.randn(size, size, dtype=dtype).to(device)
+    if xr.is_spmd():
+        devices = xr.global_runtime_device_count()
+        xs.mark_sharding(a, xs.Mesh(np.arange(devices), (devices,), ("all",)), ("all", None))
+    _matmuls_per_second(a, b, seconds)
+    rates = [2.0 * size**3 * _matmuls_per_second(a, b, seconds) for _ in range(windows)]
+    return PeakMeasurement(dtype_name, tuple(rates))
 
-        product = a @ b  # compile once
+
+def _matmuls_per_second(a, b, seconds: float) -> float:
+    """Back-to-back synchronous a @ b for about `seconds` (the first compiles the product)."""
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+
+    runs, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        product = a @ b  # kept alive, so sync runs it
         torch_xla.sync()
-        runs, start = 0, time.perf_counter()
-        while time.perf_counter() - start < seconds:
-            product = a @ b  # kept alive, so sync runs it
-            torch_xla.sync()
-            xm.wait_device_ops()
-            runs += 1
-        del product
-        best = max(best, 2.0 * size**3 * runs / (time.perf_counter() - start))
-    return best
+        xm.wait_device_ops()
+        runs += 1
+    del product
+    return runs / (time.perf_counter() - start)

@@ -74,6 +74,7 @@ CASES = [
     (["bench", "--suite", "{d}/not_yaml.yaml"], "is not valid YAML"),
     (["bench", "--suite", "{d}/suite_dict.yaml"], "must be a list of entries"),
     (["bench", "--models", "nosuch"], "no entries of ['nosuch'] in suite default"),
+    (["bench", "--baseline", "{d}/not_yaml.yaml"], "is not a zoo bench results.json"),
     # the TPU launcher and scaffolding
     (["tpu", "create", "bad name;rm", "--tpu", "v4-8", *ZONE], "is not a valid TPU VM name"),
     (["tpu", "create", "ok-name", "--tpu", "v4-8"], "no zone: pass --zone"),

@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from zoo.benchmarks.harness import compare_ratios, regressions
+from zoo.benchmarks.gate import confirmed_regressions
+from zoo.benchmarks.harness import compare_ratios
 from zoo.benchmarks.suite import load_suite
 from zoo.core.errors import UserError
 
@@ -45,13 +46,17 @@ def test_bench_writes_every_output(bench_run):
     out, result = bench_run
     assert {p.name for p in out.iterdir()} == {"results.json", "results.md", "results.png"}
     results = json.loads((out / "results.json").read_text())
-    assert results["environment"]["calibration_flops"]["float32"] > 0
+    calibration = results["calibration"]["float32"]
+    assert calibration["measurements"] == 2 and 0 <= calibration["spread"] < 1
+    assert results["reference_entry"] == "micro"
     assert [(r["name"], r["impl"]) for r in results["records"]] == [("micro", "zoo"),
                                                                     ("micro", "hf")]
     for record in results["records"]:
         assert record["compiles_timed"] == 0
         assert record["timed_steps"] == 3 and record["devices"] == 2
         assert 0 < record["mfu"] < 5 and record["items_per_s"] > 0
+        assert record["peak_flops"] == calibration["peak_flops"] >= record[
+            "peak_before_entry_flops"]
         assert record["step_time_min_s"] <= record["step_time_median_s"] <= record[
             "step_time_max_s"]
     assert "micro: step time zoo / hf = " in result.stdout
@@ -63,19 +68,24 @@ def test_profile_is_captured_for_tensorboard(bench_run):
     assert list((out.parent / "profile" / "micro-zoo").rglob("*.xplane.pb"))
 
 
-def test_bench_gate_fails_on_regression_and_names_the_entry(bench_run):
+def test_bench_gate_fails_on_a_confirmed_regression_and_names_the_entry(bench_run):
     _, result = bench_run
     assert result.returncode == 1
-    assert "slower than the baseline" in result.stderr and "micro (zoo)" in result.stderr
+    assert "outside the tolerance, timing again: micro (zoo)" in result.stdout
+    assert "worse than the baseline by more than 25%, twice: micro (zoo): MFU" in result.stderr
 
 
-def test_regression_rule_uses_the_tolerance():
-    records = [{"name": "a", "impl": "zoo", "mfu": 0.30}, {"name": "b", "impl": "zoo",
-                                                           "mfu": 0.10}]
-    baseline = {"records": [{"name": "a", "impl": "zoo", "mfu": 0.35},
-                            {"name": "b", "impl": "zoo", "mfu": 0.20}]}
-    assert regressions(records, baseline, tolerance=0.25) == [
-        "b (zoo): MFU 10.00% vs baseline 20.00%"]
+def test_bench_gate_forgives_a_disturbed_timing_that_a_second_one_clears(bench_run):
+    """The first timing of `micro` (zoo) looks twice as slow as the baseline (as when a neighbour
+    loads the host); the gate times it again, for real, and passes."""
+    out, _ = bench_run
+    baseline = json.loads((out / "results.json").read_text())
+    disturbed = json.loads((out / "results.json").read_text())
+    zoo_record = disturbed["records"][0]
+    zoo_record["mfu"] /= 2
+    zoo_record["step_time_vs_reference"] *= 2
+    assert confirmed_regressions(disturbed, load_suite(str(out.parent / "suite.yaml")),
+                                 baseline, tolerance=0.5, steps=3) == []
 
 
 def test_ratio_is_zoo_over_peer():
