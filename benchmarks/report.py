@@ -52,7 +52,7 @@ def peak_note(results: dict) -> str:
     notes = sorted({r["peak_source"] for r in results["records"] if r["peak_source"]})
     calibration = results.get("calibration") or {}
     notes += [
-        f"{dtype} {c['peak_flops'] / 1e9:.0f} GFLOP/s, the best of {c['measurements']} "
+        f"{dtype} {c['peak_flops'] / 1e9:.0f} GFLOP/s, the median of {c['measurements']} "
         f"measurements (spread {c['spread']:.1%}; {calibration['method']})"
         for dtype, c in calibration.items() if dtype != "method"
     ]

@@ -227,7 +227,7 @@ def new_model(name, parent):
 )
 @click.option(
     "--tolerance",
-    default=0.25,
+    default=0.20,
     show_default=True,
     help="Allowed MFU drop, and growth of step time relative to the suite's first entry, "
     "vs the baseline (fraction).",

@@ -55,8 +55,8 @@ def test_bench_writes_every_output(bench_run):
         assert record["compiles_timed"] == 0
         assert record["timed_steps"] == 3 and record["devices"] == 2
         assert 0 < record["mfu"] < 5 and record["items_per_s"] > 0
-        assert record["peak_flops"] == calibration["peak_flops"] >= record[
-            "peak_before_entry_flops"]
+        assert record["peak_flops"] == calibration["peak_flops"]
+        assert record["peak_before_entry_flops"] > 0
         assert record["step_time_min_s"] <= record["step_time_median_s"] <= record[
             "step_time_max_s"]
     assert "micro: step time zoo / hf = " in result.stdout
@@ -72,7 +72,7 @@ def test_bench_gate_fails_on_a_confirmed_regression_and_names_the_entry(bench_ru
     _, result = bench_run
     assert result.returncode == 1
     assert "outside the tolerance, timing again: micro (zoo)" in result.stdout
-    assert "worse than the baseline by more than 25%, twice: micro (zoo): MFU" in result.stderr
+    assert "worse than the baseline by more than 20%, twice: micro (zoo): MFU" in result.stderr
 
 
 def test_bench_gate_forgives_a_disturbed_timing_that_a_second_one_clears(bench_run):

@@ -50,18 +50,19 @@ def test_records_without_mfu_are_judged_on_ratio_only():
     assert judge(now, BASELINE, tolerance=0.10) == {}
 
 
-def test_peak_is_the_best_window_of_the_run_and_the_spread_is_reported():
+def test_peak_is_the_median_of_the_entries_best_windows_and_the_spread_is_reported():
     peaks = RunPeaks()
     peaks.measurements += [PeakMeasurement("float32", (300e9, 380e9, 390e9)),
                            PeakMeasurement("float32", (370e9, 400e9)),
+                           PeakMeasurement("float32", (250e9, 300e9)),
                            PeakMeasurement("bfloat16", (200e9,))]
-    assert peaks.peak("float32") == 400e9
+    assert peaks.peak("float32") == 390e9  # one disturbed entry (300) does not move it
     summary = peaks.summary()
-    assert summary["float32"]["peak_flops"] == 400e9
-    assert summary["float32"]["measurements"] == 2
-    assert summary["float32"]["spread"] == pytest.approx(10e9 / 395e9)
+    assert summary["float32"]["peak_flops"] == 390e9
+    assert summary["float32"]["measurements"] == 3
+    assert summary["float32"]["spread"] == pytest.approx(100e9 / 390e9)
     assert summary["bfloat16"]["spread"] == 0
-    assert "best window of the run" in summary["method"]
+    assert "peak = the median" in summary["method"]
     assert RunPeaks().summary() is None
 
 
