@@ -50,6 +50,7 @@ import torch
 
 from zoo.core.checkpoint_manifest import damage, write_manifest
 from zoo.core.errors import UserError
+from zoo.core.hosts import current as current_hosts
 from zoo.core.run_folder import RunFolder, step_dir_name, step_of
 
 _TMP_PREFIX = ".tmp-"
@@ -75,10 +76,10 @@ def complete_steps(directory: str | Path) -> list[int]:
 class Checkpointer:
     """Periodic sharded saves into `directory`, keeping the newest `keep` complete ones.
 
-    Every process calls `save`/`restore` at the same step (SPMD programs are global); with
-    more than one process the default torch.distributed group is used (initialised with gloo
-    over `xla://` if needed). `save` is synchronous and installs no signal handlers: call it
-    from the training loop, e.g. once a SIGTERM handler has set a flag.
+    Every host calls `save`/`restore` at the same step (SPMD programs are global); hosts
+    coordinate over `zoo.core.hosts` (a gloo group on a slice). `save` is synchronous and
+    installs no signal handlers: call it from the training loop, e.g. once the hosts have
+    agreed to stop.
     """
 
     def __init__(self, directory: str | Path, keep: int = 3, consolidate: bool = False):
@@ -127,14 +128,14 @@ class Checkpointer:
         torch_xla.sync()
         xm.wait_device_ops()
         rng = {"torch": torch.get_rng_state(), "xla": xm.get_rng_state()}
-        process, processes = xr.process_index(), xr.process_count()
-        group = _process_group(processes)
+        hosts = current_hosts()
+        process, processes, group = hosts.index, hosts.count, hosts.group
         final, tmp = self.path(step), self.directory / (_TMP_PREFIX + step_dir_name(step))
         if process == 0:
             self.directory.mkdir(parents=True, exist_ok=True)
             self._remove_leftovers()
             tmp.mkdir()
-        _barrier(group)
+        hosts.barrier()
         try:
             state = {f"model.{k}": v for k, v in model.state_dict().items()}
             state.update({f"optim.{n}.{key}": t for (n, key), t in opt_tensors.items()})
@@ -156,7 +157,7 @@ class Checkpointer:
                 _torch_save(trainer, tmp / _TRAINER_FILE)
                 meta.update(processes=processes, devices=xr.global_runtime_device_count())
                 _write_text(tmp / _META_FILE, json.dumps(meta, indent=1, sort_keys=True))
-            _barrier(group)
+            hosts.barrier()
             if process == 0:
                 write_manifest(tmp)  # last: it lists every file all processes wrote
         except Exception as error:
@@ -173,7 +174,7 @@ class Checkpointer:
         if process == 0:
             self._commit(tmp, final)
             self._prune()
-        _barrier(group)
+        hosts.barrier()
         return final
 
     @staticmethod
@@ -244,7 +245,6 @@ class Checkpointer:
         import torch.distributed.checkpoint as dcp
         import torch_xla
         import torch_xla.core.xla_model as xm
-        import torch_xla.runtime as xr
         from torch_xla.experimental.distributed_checkpoint import SPMDLoadPlanner
 
         reader = dcp.FileSystemReader(str(path))
@@ -263,14 +263,15 @@ class Checkpointer:
         xm.wait_device_ops()  # ...and the planner may only read them once that has finished
         state = {f"model.{k}": v for k, v in model_state.items()}
         state.update({f"optim.{n}.{key}": t for (n, key), t in opt_tensors.items()})
-        group = _process_group(xr.process_count())
+        hosts = current_hosts()
         with _quiet_single_process():
-            dcp.load(state, storage_reader=reader, planner=SPMDLoadPlanner(), process_group=group)
+            dcp.load(state, storage_reader=reader, planner=SPMDLoadPlanner(),
+                     process_group=hosts.group)
         optimizer.load_state_dict(_optimizer_state_dict(optimizer, names, opt_tensors, trainer))
         if scheduler is not None:
             scheduler.load_state_dict(trainer["scheduler"])
 
-        rng_file = path / f"rng-{xr.process_index():05d}.pt"
+        rng_file = path / f"rng-{hosts.index:05d}.pt"
         if not rng_file.exists():  # fewer processes saved than restore: take process 0's
             rng_file = path / "rng-00000.pt"
         rng = torch.load(rng_file, weights_only=True)
@@ -468,19 +469,6 @@ def _optimizer_state_dict(optimizer, names: dict[int, str], tensors: dict, train
     return {"state": state, "param_groups": groups}
 
 
-def _process_group(processes: int):
-    """The default torch.distributed group for multi-process DCP (None: single process)."""
-    if processes == 1:
-        return None
-    import torch.distributed as dist
-
-    if not dist.is_initialized():
-        import torch_xla.distributed.xla_backend  # noqa: F401  (registers xla://)
-
-        dist.init_process_group("gloo", init_method="xla://")
-    return dist.group.WORLD
-
-
 @contextlib.contextmanager
 def _quiet_single_process():
     """Silence warnings about torch/torch_xla internals that users cannot act on: DCP without
@@ -492,13 +480,6 @@ def _quiet_single_process():
         )
         warnings.filterwarnings("ignore", message=".*TypedStorage is deprecated")
         yield
-
-
-def _barrier(group) -> None:
-    if group is not None:
-        import torch.distributed as dist
-
-        dist.barrier(group)
 
 
 def _torch_save(obj, path: Path) -> None:

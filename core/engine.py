@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from zoo.core import hosts as hosts_lib
 from zoo.core import runtime, topology
 from zoo.core.checkpoint import Checkpointer
 from zoo.core.flops import calibrate_cpu_peak, train_flops
@@ -163,6 +164,7 @@ class Engine:
         import torch_xla.core.xla_model as xm
 
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.hosts = hosts_lib.current()
         start = self.step = self._resume()
         peak, peak_note = self._peak_flops()
         logger = MetricsLogger(
@@ -172,6 +174,7 @@ class Engine:
             self.config.wandb,
             dataclasses.asdict(self.config),
             unit=self.unit,
+            main_host=self.hosts.main,
         )
         logger.note(
             f"mesh {axis_sizes(self.mesh)} on {self.devices} devices; "
@@ -192,13 +195,14 @@ class Engine:
                 self.side_compiles += _compile_count() - before
                 if extra:
                     logger.record({"step": self.step, **extra})
+                stop = self.hosts.any(self._stop_requested)  # SIGTERM on any host stops all
                 if (
-                    self._stop_requested
+                    stop
                     or self.step % self.config.checkpoint_every == 0
                     or self.step == self.config.steps
                 ):
                     self._save()
-                if self._stop_requested:
+                if stop:
                     logger.note(f"SIGTERM: saved step {self.step}, exiting; rerun to resume")
                     break
         finally:
@@ -217,13 +221,13 @@ class Engine:
         self._stop_requested = True
 
     def _resume(self) -> int:
-        import torch_xla.runtime as xr
-
-        step = self.checkpointer.latest_intact_step(main_process=xr.process_index() == 0)
-        if step is None:
+        step = self.checkpointer.latest_intact_step(main_process=self.hosts.main)
+        step = min(self.hosts.gather(step if step is not None else -1))  # one step for all
+        if step < 0:
             return 0
         state = self.checkpointer.restore(self.model, self.optimizer, self.scheduler, step=step)
-        print(f"resuming from step {state['step']} ({self.checkpointer.directory})")
+        if self.hosts.main:
+            print(f"resuming from step {state['step']} ({self.checkpointer.directory})")
         return state["data_position"]
 
     def _save(self) -> None:

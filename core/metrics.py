@@ -1,4 +1,5 @@
 """Where step metrics go: a progress bar, RUN/metrics.jsonl, and wandb when configured.
+On a slice only the main host writes them (one voice); the others stay quiet.
 
 Values arrive from step closures, i.e. after the step graph ran, so reading them never
 forces an extra execution or breaks the graph.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import uuid
 from pathlib import Path
 
 from tqdm import tqdm
@@ -32,15 +34,19 @@ class MetricsLogger:
         wandb: WandbConfig,
         config: dict,
         unit: str = "tokens",
+        main_host: bool = True,
     ):
         self.unit = unit
         self.path = RunFolder(Path(run_dir)).metrics
-        _drop_records_after(self.path, start_step)  # a resumed run rewrites those steps
-        self.file = self.path.open("a")
+        self.file = self.wandb_run = None
+        if main_host:
+            _drop_records_after(self.path, start_step)  # a resumed run rewrites those steps
+            self.file = self.path.open("a")
+            self.wandb_run = start_wandb(wandb, run_dir, config)
         self.bar = tqdm(
-            total=total_steps, initial=start_step, desc="train", unit="step", dynamic_ncols=True
+            total=total_steps, initial=start_step, desc="train", unit="step",
+            dynamic_ncols=True, disable=not main_host,
         )
-        self.wandb_run = start_wandb(wandb, run_dir, config)
 
     def step_done(self, metrics: dict) -> None:
         """Every step: advance the bar and show the latest numbers."""
@@ -55,7 +61,9 @@ class MetricsLogger:
         )
 
     def record(self, metrics: dict) -> None:
-        """Logged steps: one JSON line, a console line, and wandb."""
+        """Logged steps: one JSON line, a console line, and wandb (main host only)."""
+        if self.file is None:
+            return
         self.file.write(json.dumps(metrics) + "\n")
         self.file.flush()
         shown = " ".join(f"{k}={_fmt(v)}" for k, v in metrics.items() if k != "step")
@@ -68,7 +76,8 @@ class MetricsLogger:
 
     def close(self) -> None:
         self.bar.close()
-        self.file.close()
+        if self.file is not None:
+            self.file.close()
         if self.wandb_run is not None:
             self.wandb_run.finish()
 
@@ -88,31 +97,35 @@ def _fmt(value) -> str:
 
 
 def start_wandb(config: WandbConfig, run_dir: Path, run_config: dict):
+    """The run's one W&B run: its id is kept in the run folder, so a restart (after
+    preemption) and `zoo eval` continue it instead of starting new ones."""
     if not config.project or config.mode == "disabled":
         return None
     import wandb
 
+    id_file = RunFolder(Path(run_dir)).wandb_id
+    if not id_file.exists():
+        id_file.write_text(uuid.uuid4().hex[:12] + "\n")  # W&B ids: [a-z0-9]
+    identity = {"id": id_file.read_text().strip(), "resume": "allow"}
+
     mode = config.mode
     if mode == "auto":
         mode = "online" if os.environ.get("WANDB_API_KEY") else "offline"
-    settings = wandb.Settings(init_timeout=30, silent=True)
-    try:
+
+    def init(mode: str):
         return wandb.init(
             project=config.project,
             name=config.run_name,
             dir=str(run_dir),
             config=run_config,
             mode=mode,
-            settings=settings,
+            settings=wandb.Settings(init_timeout=30, silent=True),
+            **identity,
         )
+
+    try:
+        return init(mode)
     except Exception:  # no network or a bad key: keep the run, log offline instead
         if mode == "offline":
             raise
-        return wandb.init(
-            project=config.project,
-            name=config.run_name,
-            dir=str(run_dir),
-            config=run_config,
-            mode="offline",
-            settings=settings,
-        )
+        return init("offline")

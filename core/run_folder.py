@@ -5,6 +5,7 @@
     RUN/checkpoints/step-NNNNNNNN/  resumable checkpoints (core/checkpoint.py)
     RUN/hf/step-NNNNNNNN/           Hugging Face exports of those checkpoints
     RUN/.lock                       host and pid of the run writing here, while it runs
+    RUN/wandb-run-id                the run's W&B id: restarts and evals continue that run
 """
 
 from __future__ import annotations
@@ -53,6 +54,10 @@ class RunFolder:
     @property
     def metrics(self) -> Path:
         return self.path / "metrics.jsonl"
+
+    @property
+    def wandb_id(self) -> Path:
+        return self.path / "wandb-run-id"
 
     @property
     def checkpoints(self) -> Path:

@@ -78,7 +78,8 @@ def select_runtime(slice_type: str) -> topology.Topology:
 
 # Keys a resumed run may change: how long and how often, where it runs and logs.
 RESUMABLE_CHANGES = ("steps", "log_every", "checkpoint_every", "keep_checkpoints",
-                     "consolidate_checkpoints", "eval_every", "out", "tpu", "mesh.", "wandb.")
+                     "consolidate_checkpoints", "eval_every", "out", "tpu", "mesh.", "wandb.",
+                     "data.cache_dir")
 
 
 def check_resumable(cfg) -> None:
@@ -140,13 +141,13 @@ def build_engine(model_name: str, overrides: list[str], config_files=(), build_m
 
 def train(model_name: str, overrides: list[str], config_files=(),
           force_resume: bool = False) -> tuple[object, dict]:
-    import torch_xla.runtime as xr
-
+    from zoo.core import hosts
     from zoo.core.run_folder import RunFolder
 
     cfg, engine = build_engine(model_name, overrides, config_files, force_resume=force_resume)
-    # Process 0 speaks for the run (the others only write their checkpoint shards).
-    lock = RunFolder(Path(cfg.out)).locked() if xr.process_index() == 0 else nullcontext()
-    with lock:
-        config_lib.write_resolved(cfg, Path(cfg.out))
+    # The main host speaks for the run (the others only write their checkpoint shards).
+    main = hosts.current().main
+    with RunFolder(Path(cfg.out)).locked() if main else nullcontext():
+        if main:
+            config_lib.write_resolved(cfg, Path(cfg.out))
         return cfg, engine.fit()

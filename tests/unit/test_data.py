@@ -1,4 +1,5 @@
 import json
+import os
 import sys
 import time
 from itertools import islice
@@ -298,3 +299,38 @@ def test_synthetic_batches_shapes_ranges_and_determinism():
     assert run.num_sequences is None and "synthetic" in describe(config, run)
     with pytest.raises(UserError, match="vocab size"):
         TokenBatches(config, None, seq_len=8, global_batch_size=2)
+
+
+# ---------------------------------------------------------------- the token cache
+
+
+def test_a_source_is_tokenized_once_then_memory_mapped(tok, tmp_path, monkeypatch):
+    source = tmp_path / "corpus.txt"
+    source.write_text("one two three\n\nfour five\n")
+    config = DataConfig(source=str(source), cache_dir=str(tmp_path / "cache"))
+    packed_text._CORPORA.clear()
+    first = TokenBatches(config, tok, seq_len=4, global_batch_size=2)
+    cached = list((tmp_path / "cache" / "tokens").iterdir())
+    assert sorted(p.suffix for p in cached) == [".json", ".npy"]
+
+    packed_text._CORPORA.clear()
+    monkeypatch.setattr(packed_text, "_tokenize", lambda *a: pytest.fail("tokenized again"))
+    again = TokenBatches(config, tok, seq_len=4, global_batch_size=2)
+    assert isinstance(again.corpus.tokens, np.memmap)
+    assert np.array_equal(again.corpus.tokens, first.corpus.tokens)
+    assert all(np.array_equal(again.batch(i)["input_ids"], first.batch(i)["input_ids"])
+               for i in range(3))
+
+
+def test_a_changed_source_or_tokenizer_is_tokenized_afresh(tok, tmp_path):
+    source = tmp_path / "corpus.txt"
+    source.write_text("one two three\n")
+    config = DataConfig(source=str(source), cache_dir=str(tmp_path / "cache"))
+    packed_text._CORPORA.clear()
+    before = TokenBatches(config, tok, seq_len=4, global_batch_size=1).corpus
+    source.write_text("one two three four five six seven\n")
+    os.utime(source, ns=(1, 1))  # a different mtime even within the clock's resolution
+    packed_text._CORPORA.clear()
+    after = TokenBatches(config, tok, seq_len=4, global_batch_size=1).corpus
+    assert len(after.tokens) > len(before.tokens)
+    assert len(list((tmp_path / "cache" / "tokens").glob("*.npy"))) == 2

@@ -11,22 +11,26 @@ row is kept, padded with the pad id and its labels masked with -100, so no text 
 tiny corpus still yields a row. Rows are shuffled per epoch (seed `shuffle_seed + epoch`) and
 global batch `i` is rows `i*B .. (i+1)*B` of the endless epoch-after-epoch order, so a batch is
 a pure function of its index: resuming is setting `start`, and host k of n takes its slice of
-the same global batch. The whole corpus is tokenized once, in memory, on every host.
+the same global batch. A source is tokenized once into a memory-mapped cache
+(zoo/tasks/token_cache.py): later starts open it at once and read only their rows' pages.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
 from zoo.core import data
 from zoo.core.data import BUILDERS, IGNORE_INDEX, DataError, EpochOrder, host_rows, load_tokenizer
 from zoo.core.inputs import host_batch_size
+from zoo.tasks import token_cache
 
 
 @dataclasses.dataclass
@@ -39,6 +43,7 @@ class DataConfig:
     subset: str | None = None  # Hub dataset config name
     tokenizer: str = "default"  # "default" = core/assets/tokenizer, a local dir or a Hub name
     shuffle_seed: int = 0
+    cache_dir: str | None = None  # tokenized sources; default $ZOO_CACHE or ~/.cache/zoo
 
 
 def load_documents(config: DataConfig) -> tuple[list[str], str]:
@@ -75,31 +80,53 @@ def _texts(dataset, field: str, source: str) -> list[str]:
 class Corpus:
     """A source tokenized into one stream: `BOS? doc EOS BOS? doc EOS ...`."""
 
-    tokens: np.ndarray  # int32 [num_tokens]
+    tokens: np.ndarray  # int32 [num_tokens], memory-mapped from the token cache
     num_documents: int
     label: str  # see load_documents
+    max_token: int
 
 
-_CORPORA: dict[tuple, Corpus] = {}  # tokenize each (source, tokenizer) once per process
+_CORPORA: dict[str, Corpus] = {}  # open each cached source once per process
 
 
 def tokenize_corpus(config: DataConfig, tokenizer) -> Corpus:
-    """The tokenized source, cached in memory (up to 4) keyed by source, files and tokenizer."""
+    """The tokenized source: from the disk cache when it holds the same source files and
+    tokenizer, else tokenized now and cached. A Hub source is keyed by name, subset and split."""
     if tokenizer is None:
         raise DataError(f"data.source {config.source} needs a tokenizer (got None)")
     files = data.local_files(config.source) if config.source != "default" else None
-    key = (
-        (config.source, config.text_field, config.split, config.subset),
-        tuple((f, os.stat(f).st_mtime_ns, os.stat(f).st_size) for f in files or ()),
-        type(tokenizer).__name__,
-        getattr(tokenizer, "name_or_path", None),
-        len(tokenizer),
-    )
+    key = token_cache.cache_key({
+        "source": [config.source, config.text_field, config.split, config.subset],
+        "files": [(f, os.stat(f).st_mtime_ns, os.stat(f).st_size) for f in files or ()],
+        "python": sys.version_info[:2] if config.source == "default" else None,
+        "tokenizer": _fingerprint(tokenizer),
+    })
     if key not in _CORPORA:
         if len(_CORPORA) >= 4:
             _CORPORA.pop(next(iter(_CORPORA)))
-        _CORPORA[key] = _tokenize(config, tokenizer)
+        _CORPORA[key] = _cached_corpus(config, tokenizer, key)
     return _CORPORA[key]
+
+
+def _fingerprint(tokenizer) -> list:
+    """What token ids depend on: the whole vocabulary and merges, and the special tokens."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    vocab = backend.to_str() if backend is not None else repr(sorted(tokenizer.get_vocab().items()))
+    return [type(tokenizer).__name__, hashlib.sha256(vocab.encode()).hexdigest(),
+            tokenizer.bos_token_id, tokenizer.eos_token_id]
+
+
+def _cached_corpus(config: DataConfig, tokenizer, key: str) -> Corpus:
+    root = token_cache.cache_root(config.cache_dir)
+    cached = token_cache.load(root, key)
+    if cached is None:
+        corpus = _tokenize(config, tokenizer)
+        meta = {"num_documents": corpus.num_documents, "label": corpus.label,
+                "max_token": corpus.max_token}
+        token_cache.store(root, key, corpus.tokens, meta)
+        cached = token_cache.load(root, key)
+    tokens, meta = cached
+    return Corpus(tokens, meta["num_documents"], meta["label"], meta["max_token"])
 
 
 def _tokenize(config: DataConfig, tokenizer) -> Corpus:
@@ -115,16 +142,22 @@ def _tokenize(config: DataConfig, tokenizer) -> Corpus:
     if not texts:
         raise DataError(f"data.source {config.source} has no non-empty documents")
     pieces = []
-    for start in range(0, len(texts), 1024):
-        # split_special_tokens: a literal "<|end_of_text|>" inside a document is just text.
-        encoded = tokenizer(
-            texts[start : start + 1024],
-            add_special_tokens=False,
-            split_special_tokens=True,
-            verbose=False,
-        )["input_ids"]
-        pieces += [np.asarray(prefix + ids + [eos], dtype=np.int32) for ids in encoded]
-    return Corpus(np.concatenate(pieces), len(texts), label)
+    # A fast tokenizer encodes each chunk on all cores (Rust threads); the bar shows on big
+    # sources only, so the quick start stays one line.
+    with tqdm(total=len(texts), desc="tokenizing", unit="doc", leave=False,
+              disable=len(texts) < 20_000) as bar:
+        for start in range(0, len(texts), 1024):
+            # split_special_tokens: a literal "<|end_of_text|>" inside a document is just text.
+            encoded = tokenizer(
+                texts[start : start + 1024],
+                add_special_tokens=False,
+                split_special_tokens=True,
+                verbose=False,
+            )["input_ids"]
+            pieces += [np.asarray(prefix + ids + [eos], dtype=np.int32) for ids in encoded]
+            bar.update(len(encoded))
+    tokens = np.concatenate(pieces)
+    return Corpus(tokens, len(texts), label, int(tokens.max()))
 
 
 class TokenBatches:
@@ -168,9 +201,9 @@ class TokenBatches:
             return
         self.corpus = tokenize_corpus(config, tokenizer)
         tokens = self.corpus.tokens
-        if vocab_size is not None and int(tokens.max()) >= vocab_size:
+        if vocab_size is not None and self.corpus.max_token >= vocab_size:
             raise DataError(
-                f"tokenizer produces id {int(tokens.max())} but the model's vocab size is "
+                f"tokenizer produces id {self.corpus.max_token} but the model's vocab size is "
                 f"{vocab_size}; use a tokenizer that fits or a larger vocab"
             )
         self.vocab_size = vocab_size or len(tokenizer)
