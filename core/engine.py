@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import functools
 import signal
 import time
 from pathlib import Path
@@ -164,7 +165,6 @@ class Engine:
         import torch_xla.core.xla_model as xm
 
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.hosts = hosts_lib.current()
         start = self.step = self._resume()
         peak, peak_note = self._peak_flops()
         logger = MetricsLogger(
@@ -216,6 +216,11 @@ class Engine:
         while True:
             yield self.data.batch(index)
             index += 1
+
+    @functools.cached_property
+    def hosts(self) -> hosts_lib.Hosts:
+        """The slice's hosts, joined on first use (a gloo group when there are several)."""
+        return hosts_lib.current()
 
     def _request_stop(self, signum, frame):
         self._stop_requested = True
