@@ -54,6 +54,7 @@ def test_sigkill_then_rerun_resumes_with_identical_losses(reference_run, tmp_pat
     assert losses(out) == reference  # bit-identical: same graphs, same restored state
 
 
+@pytest.mark.slow  # the default suite covers this with two hosts: tests/e2e/test_hosts.py
 def test_sigterm_saves_and_exits_cleanly(tmp_path):
     out = tmp_path / "run"
     proc = popen_zoo("train", "llama-tiny", "--tpu", "cpu-1", "--steps", "500", "--out",
