@@ -57,7 +57,7 @@ class RunPeaks:
         for dtype in sorted({m.dtype for m in self.measurements}):
             bests = [m.flops for m in self.measurements if m.dtype == dtype]
             summary[dtype] = {
-                "peak_flops": statistics.median(bests),
+                "peak_flops": self.peak(dtype),
                 "per_entry_min_flops": min(bests),
                 "per_entry_max_flops": max(bests),
                 "spread": spread(bests),
