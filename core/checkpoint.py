@@ -1,6 +1,7 @@
-"""Resumable sharded checkpoints for SPMD training, plus a consolidated weights file.
+"""Resumable sharded checkpoints for SPMD training, on any storage (core/store.py: a local
+folder, gs://, ...), written in the background while training goes on.
 
-Each complete checkpoint is one folder under the run's checkpoint directory:
+Each checkpoint is one folder under the checkpoint location:
 
     DIR/step-00000040/
         .metadata, __*_*.distcp   torch.distributed.checkpoint (DCP) shards, written by every
@@ -12,17 +13,23 @@ Each complete checkpoint is one folder under the run's checkpoint directory:
         model.safetensors         only with consolidate=True: full unsharded weights by
                                   state_dict (Hugging Face) name
         meta.json                 step, data position, `extra`, process/device counts
-        manifest.json             every file's size and checksum (core/checkpoint_manifest.py)
-    DIR/.tmp-step-00000050/       a save in progress or a crashed one: never read
+        manifest.json             every file's size and checksum; written last, it commits
     DIR/step-00000060.damaged/    a checkpoint that failed its manifest, moved aside, kept
 
-A save writes into `.tmp-step-N` and renames it to `step-N` only after every process has
-finished writing, so a folder named `step-N` is always complete; a crash mid-save leaves the
-previous checkpoint as the latest, and the next save removes the leftover. Old checkpoints
-beyond `keep` are renamed to `.trash-*` (atomically) before being deleted. A save that fails
-for lack of disk space (or any OS error) removes its partial folder and says so in one line.
-Resuming takes the newest checkpoint that matches its manifest; a damaged newer one is moved
-aside as `step-N.damaged`, never deleted.
+No folder is ever renamed into place (buckets cannot): a checkpoint exists once its
+`manifest.json` does (core/checkpoint_manifest.py), and a folder without one is a crashed save
+that the next save removes. Pruning and replacing remove the manifest first, then the files.
+
+Where the hosts of a slice write: when the location is shared (a bucket, a shared disk) all
+hosts write one checkpoint together and host 0 commits it after a barrier. When each host sees
+only its own folder (a host's local disk), each host writes and commits what it holds there,
+and a resume takes the newest step every host has committed; such checkpoints restore only on
+the same slice shape. Which case holds is found by a probe file host 0 writes.
+
+`async_save=True` copies the state to host memory (the only part that stalls training) and
+writes it on a background thread over a gloo group of its own; the next save, `wait()`, and
+the end of training wait for it. A save that fails for lack of space (or any OS error) removes
+its partial folder and says so in one line (at the next `wait()` when it ran in background).
 
 Optimizer state is keyed by parameter name and restored without a training step: `restore`
 reads the checkpoint's metadata, allocates zero tensors of the saved shapes (the ones shaped
@@ -37,24 +44,25 @@ fp32) on each save. The rest imports torch_xla lazily, inside the methods.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
+import copy
+import io
 import json
-import os
-import shutil
 import sys
+import uuid
 import warnings
 from itertools import zip_longest
-from pathlib import Path
 
 import torch
 
-from zoo.core.checkpoint_manifest import damage, write_manifest
+from zoo.core.checkpoint_manifest import MANIFEST, damage, is_committed, write_manifest
 from zoo.core.errors import UserError
+from zoo.core.hosts import Hosts
 from zoo.core.hosts import current as current_hosts
-from zoo.core.run_folder import RunFolder, step_dir_name, step_of
+from zoo.core.run_folder import step_dir_name, step_of
+from zoo.core.store import Store
 
-_TMP_PREFIX = ".tmp-"
-_TRASH_PREFIX = ".trash-"
 WEIGHTS_FILE = "model.safetensors"
 _META_FILE = "meta.json"
 _TRAINER_FILE = "trainer.pt"
@@ -64,37 +72,45 @@ class CheckpointError(UserError):
     """A checkpoint that is missing or does not fit the model/optimizer being restored."""
 
 
-def complete_steps(directory: str | Path) -> list[int]:
-    """Steps of the complete checkpoints in `directory`, ascending (tmp/trash folders ignored)."""
-    directory = Path(directory)
-    if not directory.is_dir():
-        return []
-    steps = [step_of(child.name) for child in directory.iterdir() if child.is_dir()]
-    return sorted(step for step in steps if step is not None)
+def complete_steps(location) -> list[int]:
+    """Steps of the committed checkpoints at `location` (a path, URL or Store), ascending."""
+    store = location if isinstance(location, Store) else Store(location)
+    steps = [(step_of(name), name) for name in store.children()]
+    return sorted(step for step, name in steps
+                  if step is not None and is_committed(store / name))
 
 
 class Checkpointer:
-    """Periodic sharded saves into `directory`, keeping the newest `keep` complete ones.
+    """Periodic sharded saves at `location`, keeping the newest `keep` committed ones.
 
     Every host calls `save`/`restore` at the same step (SPMD programs are global); hosts
-    coordinate over `zoo.core.hosts` (a gloo group on a slice). `save` is synchronous and
-    installs no signal handlers: call it from the training loop, e.g. once the hosts have
-    agreed to stop.
+    coordinate over `zoo.core.hosts` (a gloo group on a slice). `save` installs no signal
+    handlers: call it from the training loop, e.g. once the hosts have agreed to stop.
     """
 
-    def __init__(self, directory: str | Path, keep: int = 3, consolidate: bool = False):
+    def __init__(self, location, keep: int = 3, consolidate: bool = False,
+                 async_save: bool = False):
         if keep < 1:
             raise CheckpointError(f"checkpoint keep must be at least 1, got {keep}")
-        self.directory = Path(directory)
+        self.store = Store(location)
         self.keep = keep
         self.consolidate = consolidate
+        self.async_save = async_save
+        self._shared: bool | None = None  # every host sees one folder (found on first use)
+        self._writer: Hosts | None = None  # the background writer's own group of the hosts
+        self._background = concurrent.futures.ThreadPoolExecutor(1) if async_save else None
+        self._pending: concurrent.futures.Future | None = None
+
+    @property
+    def directory(self) -> str:
+        return self.store.url
 
     def latest_step(self) -> int | None:
-        steps = complete_steps(self.directory)
+        steps = complete_steps(self.store)
         return steps[-1] if steps else None
 
-    def path(self, step: int) -> Path:
-        return self.directory / step_dir_name(step)
+    def path(self, step: int) -> Store:
+        return self.store / step_dir_name(step)
 
     # -- save ------------------------------------------------------------------------------
 
@@ -106,8 +122,9 @@ class Checkpointer:
         scheduler=None,
         data_position: int = 0,
         extra: dict | None = None,
-    ) -> Path:
-        """Write a complete checkpoint for `step` and return its folder."""
+    ) -> Store:
+        """Write a checkpoint for `step` (in background with async_save); its folder."""
+        self.wait()
         meta = {"step": int(step), "data_position": int(data_position), "extra": extra or {}}
         try:
             json.dumps(meta["extra"])
@@ -116,11 +133,9 @@ class Checkpointer:
         names = _param_names(model)
         opt_tensors, opt_values, groups = _split_optimizer(optimizer, names)
 
-        import torch.distributed.checkpoint as dcp
         import torch_xla
         import torch_xla.core.xla_model as xm
         import torch_xla.runtime as xr
-        from torch_xla.experimental.distributed_checkpoint import SPMDSavePlanner
 
         # Materialise pending lazy computations (the last step's updates) before reading. Every
         # sync advances torch_xla's RNG seed, so the seed is read right after this one: a
@@ -129,152 +144,180 @@ class Checkpointer:
         xm.wait_device_ops()
         rng = {"torch": torch.get_rng_state(), "xla": xm.get_rng_state()}
         hosts = current_hosts()
-        process, processes, group = hosts.index, hosts.count, hosts.group
-        final, tmp = self.path(step), self.directory / (_TMP_PREFIX + step_dir_name(step))
-        if process == 0:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            self._remove_leftovers()
-            tmp.mkdir()
+        shared = self._is_shared(hosts)
+        if self._writer is None:  # every host reaches its first save together
+            self._writer = hosts.new_group() if self.async_save else hosts
+        state = {f"model.{k}": v for k, v in model.state_dict().items()}
+        state.update({f"optim.{n}.{key}": t for (n, key), t in opt_tensors.items()})
+        meta.update(processes=hosts.count, devices=xr.global_runtime_device_count())
+        job = _Save(
+            folder=self.path(step), hosts=self._writer, shared=shared,
+            state=_on_host(state), rng=rng,
+            trainer=copy.deepcopy({
+                "param_groups": groups,
+                "optimizer_values": opt_values,
+                "scheduler": scheduler.state_dict() if scheduler is not None else None,
+            }),
+            meta=meta,
+            weights=_full_weights(model) if self.consolidate else None,
+        )
+        if job.writes_alone:
+            self._clear_for(step)
         hosts.barrier()
+        if self._background is None:
+            self._run(job)
+        else:
+            self._pending = self._background.submit(self._run, job)
+        return job.folder
+
+    def wait(self) -> None:
+        """Until the save in background (if any) is committed; raises its error."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+    def _run(self, job: _Save) -> None:
         try:
-            state = {f"model.{k}": v for k, v in model.state_dict().items()}
-            state.update({f"optim.{n}.{key}": t for (n, key), t in opt_tensors.items()})
-            # thread_count > 1: with torchax installed the default single-thread writer picks
-            # an overlapping loader that asks torchax for CUDA-style streams and fails.
-            writer = dcp.FileSystemWriter(str(tmp), thread_count=2)
-            with _quiet_single_process():
-                dcp.save(state, storage_writer=writer, planner=SPMDSavePlanner(),
-                         process_group=group)
-            _torch_save(rng, tmp / f"rng-{process:05d}.pt")
-            if self.consolidate:
-                self._write_weights(model, tmp, process)
-            if process == 0:
-                trainer = {
-                    "param_groups": groups,
-                    "optimizer_values": opt_values,
-                    "scheduler": scheduler.state_dict() if scheduler is not None else None,
-                }
-                _torch_save(trainer, tmp / _TRAINER_FILE)
-                meta.update(processes=processes, devices=xr.global_runtime_device_count())
-                _write_text(tmp / _META_FILE, json.dumps(meta, indent=1, sort_keys=True))
-            hosts.barrier()
-            if process == 0:
-                write_manifest(tmp)  # last: it lists every file all processes wrote
+            job.write()
         except Exception as error:
             cause = _os_error(error)
             if cause is None:
                 raise
-            if process == 0:
-                shutil.rmtree(tmp, ignore_errors=True)
+            if job.writes_alone:
+                job.folder.remove()
             raise CheckpointError(
-                f"saving step {step} to {self.directory} failed ({cause.strerror or cause}); "
-                f"its partial files are removed and the newest checkpoint is still step "
-                f"{self.latest_step()}; free space and rerun to resume"
+                f"saving step {job.meta['step']} to {self.store} failed "
+                f"({cause.strerror or cause}); its partial files are removed and the newest "
+                f"checkpoint is still step {self.latest_step()}; free space and rerun to resume"
             ) from None
-        if process == 0:
-            self._commit(tmp, final)
+        if job.writes_alone:
             self._prune()
+        job.hosts.barrier()
+
+    def _is_shared(self, hosts: Hosts) -> bool:
+        """Whether every host sees the same folder here, found once with a probe file."""
+        if self._shared is None:
+            self._shared = self._probe(hosts)
+        return self._shared
+
+    def _probe(self, hosts: Hosts) -> bool:
+        """Host 0 writes a file; the hosts that see it share the location."""
+        if hosts.count == 1:
+            return True
+        probe = f".host-probe-{hosts.gather(uuid.uuid4().hex)[0]}"
+        if hosts.main:
+            self.store.write_text(probe, "written by host 0 to see which hosts share this\n")
         hosts.barrier()
-        return final
+        seen = hosts.gather(self.store.exists(probe))
+        hosts.barrier()
+        if hosts.main:
+            self.store.remove(probe)
+        if all(seen) or not any(seen[1:]):
+            return all(seen)
+        sharing = [index for index, yes in enumerate(seen) if yes]
+        raise CheckpointError(
+            f"{self.store} is shared by hosts {sharing} but not by the others; put checkpoints "
+            "where every host sees them (a gs:// bucket) or on every host's own disk"
+        )
 
-    @staticmethod
-    def _write_weights(model, tmp: Path, process: int) -> None:
-        # `.cpu()` on a sharded XLA tensor gathers the full tensor; it is a collective, so
-        # every process runs it and process 0 writes.
-        with _quiet_single_process():
-            weights = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
-        if process == 0:
-            from safetensors.torch import save_file
-
-            save_file(weights, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
-            os.chmod(tmp / WEIGHTS_FILE, 0o644)  # safetensors creates it owner-only
-            _fsync(tmp / WEIGHTS_FILE)
-
-    def latest_intact_step(self, main_process: bool = True) -> int | None:
-        """The newest checkpoint that matches its manifest. The main process moves a damaged
-        newer one aside (`step-N.damaged`) and says so in one line on stderr."""
-        for step in reversed(complete_steps(self.directory)):
-            problem = damage(self.path(step))
-            if problem is None:
-                return step
-            if main_process:
-                aside = self.path(step).with_name(self.path(step).name + ".damaged")
-                self.path(step).rename(aside)
-                print(f"checkpoint {self.path(step)} is damaged ({problem}); moved aside to "
-                      f"{aside.name}", file=sys.stderr, flush=True)
-        return None
-
-    def _commit(self, tmp: Path, final: Path) -> None:
-        """Make `tmp` visible as `final` with one rename (replacing a same-step checkpoint)."""
-        if final.exists():
-            trash = self.directory / (_TRASH_PREFIX + final.name)
-            final.rename(trash)
-            shutil.rmtree(trash)
-        tmp.rename(final)
-        _fsync(self.directory)
+    def _clear_for(self, step: int) -> None:
+        """Remove crashed saves, and a committed `step` that is about to be replaced."""
+        for name in self.store.children():
+            found = step_of(name)
+            if found is not None and (found == step or not is_committed(self.store / name)):
+                _remove_checkpoint(self.store / name)
 
     def _prune(self) -> None:
-        for step in complete_steps(self.directory)[: -self.keep]:
-            path = self.path(step)
-            trash = self.directory / (_TRASH_PREFIX + path.name)
-            path.rename(trash)  # atomic: never a half-deleted folder named step-N
-            shutil.rmtree(trash)
+        for step in complete_steps(self.store)[: -self.keep]:
+            _remove_checkpoint(self.path(step))
 
-    def _remove_leftovers(self) -> None:
-        for child in self.directory.iterdir():
-            if child.name.startswith((_TMP_PREFIX, _TRASH_PREFIX)) and child.is_dir():
-                shutil.rmtree(child)
+    # -- resume ----------------------------------------------------------------------------
 
-    # -- restore ---------------------------------------------------------------------------
+    def resume_step(self) -> int | None:
+        """The step every host resumes from: the newest intact checkpoint (on a shared
+        location, as host 0 finds it; on local disks, the newest every host has)."""
+        hosts = current_hosts()
+        if self._is_shared(hosts):
+            return hosts.gather(self.latest_intact_step() if hosts.main else None)[0]
+        everywhere = set.intersection(*map(set, hosts.gather(self._intact_steps())))
+        return max(everywhere, default=None)
+
+    def latest_intact_step(self) -> int | None:
+        """The newest checkpoint that matches its manifest; a damaged newer one is moved
+        aside (`step-N.damaged`) with one line on stderr."""
+        intact = self._intact_steps(newest_only=True)
+        return intact[-1] if intact else None
+
+    def _intact_steps(self, newest_only: bool = False) -> list[int]:
+        intact = []
+        for step in reversed(complete_steps(self.store)):
+            folder = self.path(step)
+            problem = damage(folder)
+            if problem is not None:
+                aside = folder.move(folder.name + ".damaged")
+                _say(f"checkpoint {folder} is damaged ({problem}); moved aside to {aside.name}")
+                continue
+            intact.insert(0, step)
+            if newest_only:
+                break
+        return intact
 
     def restore(self, model, optimizer, scheduler=None, step: int | None = None) -> dict:
         """Load a checkpoint (default: the latest) in place into model, optimizer, scheduler
         and the RNGs; parameters keep their sharding. Returns step, data_position, extra."""
-        steps = complete_steps(self.directory)
+        steps = complete_steps(self.store)
         if not steps:
             raise CheckpointError(
-                f"no complete checkpoint in {self.directory} (expected step-NNNNNNNN folders)"
+                f"no complete checkpoint in {self.store} (expected step-NNNNNNNN folders)"
             )
         step = steps[-1] if step is None else step
         if step not in steps:
             raise CheckpointError(
-                f"no complete checkpoint for step {step} in {self.directory}; have {steps}"
+                f"no complete checkpoint for step {step} in {self.store}; have {steps}"
             )
-        path = self.path(step)
+        folder = self.path(step)
 
         import torch.distributed.checkpoint as dcp
         import torch_xla
         import torch_xla.core.xla_model as xm
+        from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
         from torch_xla.experimental.distributed_checkpoint import SPMDLoadPlanner
 
-        reader = dcp.FileSystemReader(str(path))
+        hosts = current_hosts()
+        meta = json.loads(folder.read_text(_META_FILE))
+        shared = self._is_shared(hosts)
+        if not shared and meta.get("processes") != hosts.count:
+            raise CheckpointError(
+                f"checkpoint {folder} was saved on each host's own disk by {meta['processes']} "
+                f"hosts; it restores only on {meta['processes']} hosts (keep checkpoints in a "
+                "gs:// bucket to change the slice)"
+            )
+        reader = FsspecReader(folder.url)
         saved = reader.read_metadata().state_dict_metadata
         model_state = model.state_dict(keep_vars=True)  # the live tensors: load in place
-        _check_model(path, model_state, saved)
-        meta = json.loads((path / _META_FILE).read_text())
-        trainer = torch.load(path / _TRAINER_FILE, weights_only=True)
+        _check_model(folder, model_state, saved)
+        trainer = _torch_load(folder, _TRAINER_FILE)
         names = _param_names(model)
-        _check_groups(path, optimizer, names, trainer["param_groups"])
+        _check_groups(folder, optimizer, names, trainer["param_groups"])
         if scheduler is not None and trainer["scheduler"] is None:
-            raise CheckpointError(f"checkpoint {path} has no LR scheduler state to restore")
+            raise CheckpointError(f"checkpoint {folder} has no LR scheduler state to restore")
 
         opt_tensors = _optimizer_targets(optimizer, names, saved)
         torch_xla.sync()  # the zero buffers become device data the planner can load into
         xm.wait_device_ops()  # ...and the planner may only read them once that has finished
         state = {f"model.{k}": v for k, v in model_state.items()}
         state.update({f"optim.{n}.{key}": t for (n, key), t in opt_tensors.items()})
-        hosts = current_hosts()
         with _quiet_single_process():
             dcp.load(state, storage_reader=reader, planner=SPMDLoadPlanner(),
-                     process_group=hosts.group)
+                     process_group=hosts.group, no_dist=not shared or hosts.group is None)
         optimizer.load_state_dict(_optimizer_state_dict(optimizer, names, opt_tensors, trainer))
         if scheduler is not None:
             scheduler.load_state_dict(trainer["scheduler"])
 
-        rng_file = path / f"rng-{hosts.index:05d}.pt"
-        if not rng_file.exists():  # fewer processes saved than restore: take process 0's
-            rng_file = path / "rng-00000.pt"
-        rng = torch.load(rng_file, weights_only=True)
+        rng_file = f"rng-{hosts.index:05d}.pt"
+        if not folder.exists(rng_file):  # fewer processes saved than restore: take process 0's
+            rng_file = "rng-00000.pt"
+        rng = _torch_load(folder, rng_file)
         torch_xla.sync()
         xm.wait_device_ops()
         torch.set_rng_state(rng["torch"])
@@ -286,18 +329,91 @@ class Checkpointer:
         }
 
 
-def load_checkpoint(path: str | Path) -> dict[str, torch.Tensor]:
+class _Save:
+    """One checkpoint's writes, from host memory: the part that may run in background."""
+
+    def __init__(self, folder: Store, hosts: Hosts, shared: bool, state: dict, rng: dict,
+                 trainer: dict, meta: dict, weights: dict | None):
+        self.folder, self.hosts, self.shared = folder, hosts, shared
+        self.state, self.rng, self.trainer, self.meta, self.weights = (
+            state, rng, trainer, meta, weights)
+        # what there is one of per checkpoint (trainer state, meta, weights, the commit)
+        self.writes_alone = hosts.main or not shared
+
+    def write(self) -> None:
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
+        from torch_xla.experimental.distributed_checkpoint import SPMDSavePlanner
+
+        self.folder.makedirs()
+        # thread_count > 1: with torchax installed the default single-thread writer picks
+        # an overlapping loader that asks torchax for CUDA-style streams and fails.
+        writer = FsspecWriter(self.folder.url, thread_count=2)
+        with _quiet_single_process():
+            dcp.save(self.state, storage_writer=writer, planner=SPMDSavePlanner(),
+                     process_group=self.hosts.group,
+                     no_dist=not self.shared or self.hosts.group is None)
+        self.folder.write_bytes(f"rng-{self.hosts.index:05d}.pt", _torch_bytes(self.rng))
+        if self.writes_alone:
+            if self.weights is not None:
+                from safetensors.torch import save
+
+                self.folder.write_bytes(WEIGHTS_FILE, save(self.weights, {"format": "pt"}))
+            self.folder.write_bytes(_TRAINER_FILE, _torch_bytes(self.trainer))
+            self.folder.write_text(_META_FILE, json.dumps(self.meta, indent=1, sort_keys=True))
+        self.hosts.barrier()  # every host's files are written...
+        if self.writes_alone:
+            write_manifest(self.folder)  # ...before the commit lists them
+
+
+def _on_host(state: dict) -> dict:
+    """A copy of the state in host memory: each XLA tensor's local shards (no gather), CPU
+    tensors cloned. What a background write reads while training changes the originals."""
+    from torch_xla.experimental.distributed_checkpoint._helpers import _sharded_cpu_state_dict
+
+    on_device = {k: v for k, v in state.items() if v.device.type == "xla"}
+    copied = _sharded_cpu_state_dict(on_device) if on_device else {}
+    return {k: copied[k] if k in copied else v.detach().clone() for k, v in state.items()}
+
+
+def _full_weights(model) -> dict[str, torch.Tensor]:
+    # `.cpu()` on a sharded XLA tensor gathers the full tensor; it is a collective, so every
+    # process runs it, in the training thread.
+    with _quiet_single_process():
+        return {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+
+
+def check_writable(location) -> None:
+    """Fail in one line, before anything is built, when checkpoints cannot be written at
+    `location` (no bucket, no credentials, a read-only disk, a file in the way)."""
+    store = Store(location)
+    probe = f".write-probe-{uuid.uuid4().hex}"
+    try:
+        existed = store.exists()
+        store.write_text(probe, "zoo checks it can write checkpoints here\n")
+        store.remove("" if not existed else probe)  # leave nothing behind
+    except Exception as error:
+        raise CheckpointError(f"cannot write checkpoints to {store}: "
+                              f"{type(error).__name__}: {error}") from None
+
+
+def _remove_checkpoint(folder: Store) -> None:
+    folder.remove(MANIFEST)  # uncommitted first: never a half-deleted checkpoint that counts
+    folder.remove()
+
+
+def load_checkpoint(path) -> dict[str, torch.Tensor]:
     """Full (unsharded) weights by state_dict name, needing no torch_xla.
 
-    `path` is a checkpoint folder (`.../step-N`), a Checkpointer directory, or a run folder
-    whose checkpoints are in `checkpoints/` (the trainer's layout); the latter two give the
-    newest complete checkpoint.
+    `path` (a local path or a URL) is a checkpoint folder (`.../step-N`), a checkpoint
+    location, or a run folder whose checkpoints are in `checkpoints/` (the trainer's default);
+    the latter two give the newest complete checkpoint.
     """
-    path = Path(path)
-    if _is_checkpoint(path):
-        return _read_weights(path)
-    in_run = RunFolder(path).checkpoints
-    for folder in (path, in_run):
+    store = Store(path)
+    if _is_checkpoint(store):
+        return _read_weights(store)
+    in_run = store / "checkpoints"
+    for folder in (store, in_run):
         steps = complete_steps(folder)
         if steps:
             return _read_weights(folder / step_dir_name(steps[-1]))
@@ -320,30 +436,37 @@ def _os_error(error: BaseException) -> OSError | None:
     return None
 
 
-def _is_checkpoint(folder: Path) -> bool:
-    return (folder / WEIGHTS_FILE).is_file() or (folder / ".metadata").is_file()
+def _is_checkpoint(folder: Store) -> bool:
+    return folder.exists(WEIGHTS_FILE) or folder.exists(".metadata")
 
 
-def _read_weights(folder: Path) -> dict[str, torch.Tensor]:
+def _read_weights(folder: Store) -> dict[str, torch.Tensor]:
     """The consolidated file when there is one; otherwise the `model.` entries of the DCP
     shards, assembled into full tensors on the host (optimizer state is not read)."""
     problem = damage(folder)
     if problem is not None:
         raise CheckpointError(f"checkpoint {folder} is damaged: {problem}; use an older "
                               "checkpoint of the run (checkpoints/step-N)")
-    if (folder / WEIGHTS_FILE).is_file():
-        from safetensors.torch import load_file
+    if folder.exists(WEIGHTS_FILE):
+        from safetensors.torch import load
 
-        return load_file(str(folder / WEIGHTS_FILE))
+        return load(folder.read_bytes(WEIGHTS_FILE))
     import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
-    reader = dcp.FileSystemReader(str(folder))
-    state = {
-        name: torch.empty(meta.size, dtype=meta.properties.dtype)
-        for name, meta in reader.read_metadata().state_dict_metadata.items()
-        if name.startswith("model.") and isinstance(meta, TensorStorageMetadata)
-    }
+    reader = FsspecReader(folder.url)
+    saved = {name: meta for name, meta in reader.read_metadata().state_dict_metadata.items()
+             if name.startswith("model.") and isinstance(meta, TensorStorageMetadata)}
+    for name, meta in saved.items():
+        if sum(chunk.sizes.numel() for chunk in meta.chunks) < meta.size.numel():
+            raise CheckpointError(
+                f"checkpoint {folder} holds only part of {name.removeprefix('model.')} (a "
+                "checkpoint on one host's own disk); export from checkpoints every host wrote "
+                "to one place (a gs:// bucket), or train with consolidate_checkpoints=true"
+            )
+    state = {name: torch.empty(meta.size, dtype=meta.properties.dtype)
+             for name, meta in saved.items()}
     with _quiet_single_process():
         dcp.load(state, storage_reader=reader, no_dist=True)
     return {name.removeprefix("model."): tensor for name, tensor in state.items()}
@@ -379,7 +502,7 @@ def _split_optimizer(optimizer, names: dict[int, str]):
     return tensors, values, groups
 
 
-def _check_model(path: Path, model_state: dict, saved: dict) -> None:
+def _check_model(path: Store, model_state: dict, saved: dict) -> None:
     """One-line error naming the first parameter/buffer that does not fit."""
     saved_shapes = {
         k[len("model.") :]: list(md.size)
@@ -405,7 +528,7 @@ def _check_model(path: Path, model_state: dict, saved: dict) -> None:
         )
 
 
-def _check_groups(path: Path, optimizer, names: dict[int, str], saved_groups: list) -> None:
+def _check_groups(path: Store, optimizer, names: dict[int, str], saved_groups: list) -> None:
     if len(saved_groups) != len(optimizer.param_groups):
         raise CheckpointError(
             f"checkpoint {path} has {len(saved_groups)} optimizer param groups but the "
@@ -482,24 +605,15 @@ def _quiet_single_process():
         yield
 
 
-def _torch_save(obj, path: Path) -> None:
-    with open(path, "wb") as f:
-        torch.save(obj, f)
-        f.flush()
-        os.fsync(f.fileno())
+def _torch_bytes(obj) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return buffer.getvalue()
 
 
-def _write_text(path: Path, text: str) -> None:
-    with open(path, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
+def _torch_load(folder: Store, name: str):
+    return torch.load(io.BytesIO(folder.read_bytes(name)), weights_only=True)
 
 
-def _fsync(path: Path) -> None:
-    """Flush a file or a directory entry (a rename) to disk."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)

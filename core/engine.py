@@ -26,6 +26,7 @@ from zoo.core.inputs import device_loader
 from zoo.core.mesh import MeshConfig, axis_sizes, build_mesh
 from zoo.core.metrics import MetricsLogger, WandbConfig
 from zoo.core.optim import OptimConfig, ScheduleConfig, build_optimizer, build_schedule
+from zoo.core.profile import ProfileConfig, StepProfiler
 from zoo.core.remat import RematConfig, apply_remat
 from zoo.core.run_folder import RunFolder
 from zoo.core.sharding import ShardingRules, shard_model
@@ -48,6 +49,11 @@ class TrainConfig:
     log_every: int = 10
     checkpoint_every: int = 50
     keep_checkpoints: int = 3
+    # where checkpoints go: a path or URL (gs://bucket/path) every host sees, or a path on
+    # each host's own disk; empty: RUN/checkpoints
+    checkpoint_dir: str = ""
+    # write checkpoints on a background thread; training stalls only to copy to host memory
+    async_checkpoints: bool = True
     # also write full unsharded weights (model.safetensors) with every checkpoint: a gather
     # of every tensor into each host's memory; export and eval read the shards without it
     consolidate_checkpoints: bool = False
@@ -58,12 +64,18 @@ class TrainConfig:
     optim: OptimConfig = dataclasses.field(default_factory=OptimConfig)
     schedule: ScheduleConfig = dataclasses.field(default_factory=ScheduleConfig)
     wandb: WandbConfig = dataclasses.field(default_factory=WandbConfig)
+    profile: ProfileConfig = dataclasses.field(default_factory=ProfileConfig)
 
     def runs_in_bf16(self, topo: topology.Topology) -> bool:
         """precision=auto means bf16 autocast on TPU, fp32 elsewhere."""
         return self.precision == "bf16" or (self.precision == "auto" and topo.is_tpu)
 
+    @property
+    def checkpoint_location(self) -> str:
+        return self.checkpoint_dir or str(RunFolder(Path(self.out)).checkpoints)
+
     def __post_init__(self):
+        _check_location(self.checkpoint_dir)
         counts = ("steps", "global_batch_size", "grad_accum", "log_every", "checkpoint_every",
                   "keep_checkpoints")
         for name in counts:
@@ -103,9 +115,10 @@ class Engine:
         self.plan = shard_model(self.model, rules, self.mesh)
         self.optimizer = build_optimizer(config.optim, self.model.parameters())
         self.scheduler = build_schedule(config.schedule, self.optimizer, config.steps)
-        self.checkpointer = Checkpointer(RunFolder(self.run_dir).checkpoints,
+        self.checkpointer = Checkpointer(config.checkpoint_location,
                                          keep=config.keep_checkpoints,
-                                         consolidate=config.consolidate_checkpoints)
+                                         consolidate=config.consolidate_checkpoints,
+                                         async_save=config.async_checkpoints)
         self.forward_flops_per_item = forward_flops_per_item
         self.data = task.data(config, xr.process_index(), xr.process_count())
         self.step = 0
@@ -181,27 +194,33 @@ class Engine:
             f"{'bf16' if self.bf16 else 'fp32'}; MFU against {peak_note}"
         )
         self._tracker = _StepTracker(self, logger, peak)
-        loader = device_loader(self.host_batches(start), self.mesh, self.data.batch(start))
+        profiler = StepProfiler(self.config.profile, self.run_dir)
+        batches = iter(device_loader(self.host_batches(start), self.mesh,
+                                     self.data.batch(start)))
         previous = signal.signal(signal.SIGTERM, self._request_stop)
         try:
-            for step, batch in zip(range(start, self.config.steps), loader):
-                values = self.train_step(batch)
-                lr = self.scheduler.get_last_lr()[0]
-                xm.add_step_closure(self._tracker.done, args=(step + 1, values, lr, batch))
-                torch_xla.sync()
-                self.step = step + 1
+            for step in range(start + 1, self.config.steps + 1):
+                profiler.step_starts(step)
+                with profiler.region("data"):
+                    batch = next(batches)
+                with profiler.region("step"):
+                    values = self.train_step(batch)
+                    lr = self.scheduler.get_last_lr()[0]
+                    xm.add_step_closure(self._tracker.done, args=(step, values, lr, batch))
+                    torch_xla.sync()
+                self.step = step
                 before = _compile_count()
                 extra = self.task.after_step(self, self.step)
                 self.side_compiles += _compile_count() - before
                 if extra:
                     logger.record({"step": self.step, **extra})
                 stop = self.hosts.any(self._stop_requested)  # SIGTERM on any host stops all
-                if (
-                    stop
-                    or self.step % self.config.checkpoint_every == 0
-                    or self.step == self.config.steps
-                ):
-                    self._save()
+                last = stop or self.step == self.config.steps
+                if last or self.step % self.config.checkpoint_every == 0:
+                    with profiler.region("checkpoint"):
+                        self._save(wait=last)
+                if note := profiler.step_ended(step, last):
+                    logger.note(note)
                 if stop:
                     logger.note(f"SIGTERM: saved step {self.step}, exiting; rerun to resume")
                     break
@@ -226,16 +245,16 @@ class Engine:
         self._stop_requested = True
 
     def _resume(self) -> int:
-        step = self.checkpointer.latest_intact_step(main_process=self.hosts.main)
-        step = min(self.hosts.gather(step if step is not None else -1))  # one step for all
-        if step < 0:
+        step = self.checkpointer.resume_step()  # one step for all hosts
+        if step is None:
             return 0
         state = self.checkpointer.restore(self.model, self.optimizer, self.scheduler, step=step)
         if self.hosts.main:
             print(f"resuming from step {state['step']} ({self.checkpointer.directory})")
         return state["data_position"]
 
-    def _save(self) -> None:
+    def _save(self, wait: bool) -> None:
+        """Checkpoint this step; `wait` until it is committed (the run's last save)."""
         # Gathering sharded tensors for the weights file compiles small graphs of its own;
         # keep them (like evaluation graphs) out of the step's compile count.
         before = _compile_count()
@@ -243,6 +262,8 @@ class Engine:
             self.step, self.model, self.optimizer, self.scheduler, data_position=self.step
         )
         self.side_compiles += _compile_count() - before
+        if wait:
+            self.checkpointer.wait()
 
     def autocast(self):
         """bf16 autocast when the run is bf16 (the step and any evaluation pass)."""
@@ -262,6 +283,19 @@ class Engine:
             f"this host's measured {dtype} matmul peak {peak / 1e9:.0f} GFLOP/s "
             f"(shared by {self.devices} virtual devices)"
         )
+
+
+def _check_location(url: str) -> None:
+    """A checkpoint_dir URL whose filesystem fsspec cannot use fails with the config."""
+    if "://" not in url:
+        return
+    import fsspec
+
+    try:
+        fsspec.get_filesystem_class(url.split("://", 1)[0])
+    except (ValueError, ImportError) as error:
+        raise ValueError(f"checkpoint_dir {url}: {error}; use a local path or "
+                         "gs://bucket/path") from None
 
 
 def _micro_batches(batch: dict, accum: int):

@@ -48,6 +48,15 @@ class Hosts:
         dist.all_gather_object(values, value, group=self.group)
         return values
 
+    def new_group(self) -> Hosts:
+        """The same hosts over a group of their own, for collectives on another thread (a
+        background checkpoint write) that must not interleave with this group's."""
+        if self.group is None:
+            return self
+        import torch.distributed as dist
+
+        return Hosts(self.index, self.count, dist.new_group(backend="gloo"))
+
     def _all_reduce(self, value: int, op: str = "SUM") -> int:
         if self.group is None:
             return value

@@ -1,4 +1,5 @@
-"""Where step metrics go: a progress bar, RUN/metrics.jsonl, and wandb when configured.
+"""Where step metrics go: a progress bar, RUN/metrics.jsonl, TensorBoard scalars in RUN/tb,
+and wandb when configured.
 On a slice only the main host writes them (one voice); the others stay quiet.
 
 Values arrive from step closures, i.e. after the step graph ran, so reading them never
@@ -38,11 +39,15 @@ class MetricsLogger:
     ):
         self.unit = unit
         self.path = RunFolder(Path(run_dir)).metrics
-        self.file = self.wandb_run = None
+        self.file = self.wandb_run = self.tensorboard = None
         if main_host:
             _drop_records_after(self.path, start_step)  # a resumed run rewrites those steps
             self.file = self.path.open("a")
             self.wandb_run = start_wandb(wandb, run_dir, config)
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tensorboard = SummaryWriter(str(RunFolder(Path(run_dir)).tensorboard),
+                                             purge_step=start_step + 1)
         self.bar = tqdm(
             total=total_steps, initial=start_step, desc="train", unit="step",
             dynamic_ncols=True, disable=not main_host,
@@ -68,6 +73,10 @@ class MetricsLogger:
         self.file.flush()
         shown = " ".join(f"{k}={_fmt(v)}" for k, v in metrics.items() if k != "step")
         self.bar.write(f"step {metrics['step']}: {shown}")
+        for key, value in metrics.items():
+            if key != "step" and isinstance(value, int | float):
+                self.tensorboard.add_scalar(key, value, metrics["step"])
+        self.tensorboard.flush()
         if self.wandb_run is not None:
             self.wandb_run.log(metrics, step=metrics["step"])
 
@@ -78,6 +87,7 @@ class MetricsLogger:
         self.bar.close()
         if self.file is not None:
             self.file.close()
+            self.tensorboard.close()
         if self.wandb_run is not None:
             self.wandb_run.finish()
 

@@ -6,6 +6,8 @@
     RUN/hf/step-NNNNNNNN/           Hugging Face exports of those checkpoints
     RUN/.lock                       host and pid of the run writing here, while it runs
     RUN/wandb-run-id                the run's W&B id: restarts and evals continue that run
+    RUN/tb/                         TensorBoard scalars of the logged metrics
+    RUN/profile/                    an XLA profile of a step window, when one was asked for
 """
 
 from __future__ import annotations
@@ -58,6 +60,10 @@ class RunFolder:
     @property
     def wandb_id(self) -> Path:
         return self.path / "wandb-run-id"
+
+    @property
+    def tensorboard(self) -> Path:
+        return self.path / "tb"
 
     @property
     def checkpoints(self) -> Path:

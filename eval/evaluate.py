@@ -32,6 +32,9 @@ def evaluate(checkpoint: str, tasks: str | None, *, num_fewshot: int | None = No
              limit: int | None = None, batch_size: int = 8, device: str = "cpu",
              out: str | None = None, data: str | None = None) -> tuple[list[tuple], Path]:
     """Score the model; returns (task, metric, value, stderr) rows and the results file."""
+    if "://" in checkpoint:
+        raise UserError(f"zoo eval reads local folders; pass the run folder of {checkpoint} "
+                        "(its config says where its checkpoints are), or zoo export it first")
     path = Path(checkpoint)
     if not path.exists():
         raise UserError(f"{checkpoint} does not exist")
@@ -115,9 +118,9 @@ def per_choice_loglikelihoods(samples: dict) -> dict:
 
 
 def _run_dir(path: Path) -> Path:
-    from zoo.core.run_folder import RunFolder
+    from zoo.saved_run import load_run
 
-    return RunFolder.containing(path).path
+    return load_run(path)[2]
 
 
 def _log_wandb(path: Path, folder: Path, rows: list[tuple]) -> None:

@@ -18,7 +18,7 @@ MAX_SHARD_SIZE = "2GB"
 
 def export(checkpoint: str | Path, out: str | Path) -> Path:
     from zoo.core.checkpoint import load_checkpoint
-    from zoo.saved_run import load_run
+    from zoo.saved_run import checkpoint_of, load_run
 
     out = Path(out)
     if out.exists():
@@ -26,7 +26,7 @@ def export(checkpoint: str | Path, out: str | Path) -> Path:
     family, cfg, _ = load_run(checkpoint)
     if family.hf_class is None:
         raise UserError(f"{family.name} declares no Hugging Face class to export to")
-    weights = load_checkpoint(checkpoint)
+    weights = load_checkpoint(checkpoint_of(checkpoint))
     tmp = out.with_name(out.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -59,9 +59,10 @@ def _write_weights(weights: dict, folder: Path) -> None:
 
 def cached_export(checkpoint: str | Path) -> Path:
     """Export a run's checkpoint once into RUN/hf/step-N and reuse it on later calls."""
-    from zoo.core.run_folder import RunFolder
-    from zoo.saved_run import checkpoint_step
+    from zoo.core.run_folder import RunFolder, step_of
+    from zoo.core.store import Store
+    from zoo.saved_run import checkpoint_of, load_run
 
-    path = Path(checkpoint)
-    out = RunFolder.containing(path).export(checkpoint_step(path))
-    return out if out.is_dir() else export(path, out)
+    folder = checkpoint_of(checkpoint)
+    out = RunFolder(load_run(checkpoint)[2]).export(step_of(Store(folder).name))
+    return out if out.is_dir() else export(folder, out)

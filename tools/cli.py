@@ -154,9 +154,11 @@ def train(model, overrides, tpu, steps, out, init_from, config_files, force_resu
         f"{summary['unit']}/s, "
         f"MFU {summary['mfu']:.1%}, {summary['compiles']} compiles; run folder {cfg.out}"
     )
+    from zoo.core.hosts import current as current_hosts
     from zoo.registry import resolve
 
-    if resolve(model)[0].task.generates_text and cfg.data.source != "synthetic":
+    text = resolve(model)[0].task.generates_text and cfg.data.source != "synthetic"
+    if text and current_hosts().main:  # the others' run folders hold no config
         from zoo.generate import generate, load_for_generation
 
         model_, tokenizer = load_for_generation(cfg.out)

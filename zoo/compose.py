@@ -78,8 +78,9 @@ def select_runtime(slice_type: str) -> topology.Topology:
 
 # Keys a resumed run may change: how long and how often, where it runs and logs.
 RESUMABLE_CHANGES = ("steps", "log_every", "checkpoint_every", "keep_checkpoints",
-                     "consolidate_checkpoints", "eval_every", "out", "tpu", "mesh.", "wandb.",
-                     "data.cache_dir")
+                     "consolidate_checkpoints", "checkpoint_dir", "async_checkpoints",
+                     "eval_every", "out", "tpu", "mesh.", "wandb.", "data.cache_dir",
+                     "profile.")
 
 
 def check_resumable(cfg) -> None:
@@ -91,7 +92,7 @@ def check_resumable(cfg) -> None:
     from zoo.core.run_folder import RunFolder
 
     run = RunFolder(Path(cfg.out))
-    if not run.config.is_file() or not complete_steps(run.checkpoints):
+    if not run.config.is_file() or not complete_steps(cfg.checkpoint_location):
         return
     saved = yaml.safe_load(run.config.read_text())
     changed = {key: values for key, values in
@@ -120,6 +121,9 @@ def build_engine(model_name: str, overrides: list[str], config_files=(), build_m
     cfg = family.task.resolve(cfg)
     if not force_resume:
         check_resumable(cfg)
+    from zoo.core.checkpoint import check_writable
+
+    check_writable(cfg.checkpoint_location)
     runtime.configure()
     from zoo.core.remat import RematConfig
     from zoo.core.sharding import ShardingRules
@@ -143,6 +147,8 @@ def train(model_name: str, overrides: list[str], config_files=(),
           force_resume: bool = False) -> tuple[object, dict]:
     from zoo.core import hosts
     from zoo.core.run_folder import RunFolder
+    from zoo.core.store import Store
+    from zoo.saved_run import LOCATION_CONFIG
 
     cfg, engine = build_engine(model_name, overrides, config_files, force_resume=force_resume)
     # The main host speaks for the run (the others only write their checkpoint shards).
@@ -150,4 +156,6 @@ def train(model_name: str, overrides: list[str], config_files=(),
     with RunFolder(Path(cfg.out)).locked() if main else nullcontext():
         if main:
             config_lib.write_resolved(cfg, Path(cfg.out))
+            if cfg.checkpoint_dir:  # checkpoints elsewhere say which run they belong to
+                Store(cfg.checkpoint_dir).write_text(LOCATION_CONFIG, config_lib.to_yaml(cfg))
         return cfg, engine.fit()

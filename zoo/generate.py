@@ -11,11 +11,11 @@ def load_for_generation(path: str | Path):
     """(model in eval mode, tokenizer) from a run folder or one of its checkpoints."""
     from zoo.core.checkpoint import load_checkpoint
     from zoo.core.data import load_tokenizer
-    from zoo.saved_run import load_run
+    from zoo.saved_run import checkpoint_of, load_run
 
     family, cfg, _ = load_run(path)
     model = family.build(cfg.model, init=False)
-    model.load_state_dict(load_checkpoint(path))
+    model.load_state_dict(load_checkpoint(checkpoint_of(path)))
     return model.eval(), load_tokenizer(cfg.data.tokenizer)
 
 

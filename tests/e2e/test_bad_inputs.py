@@ -62,7 +62,13 @@ CASES = [
     (["topology", "nope"], "unknown slice type 'nope'"),
     # run folders and checkpoints
     (["export", "{d}/missing", "{d}/out"], "is neither a run folder nor a checkpoint"),
-    (["export", "{d}/run", "{d}/out"], "nor a folder with complete step-NNNNNNNN checkpoints"),
+    (["export", "{d}/run", "{d}/out"], "has no complete checkpoint yet"),
+    (["eval", "gs://bucket/run/step-00000004", "--tasks", "arc_easy_sample"],
+     "zoo eval reads local folders; pass the run folder"),
+    (["train", "llama-tiny", "checkpoint_dir=nosuch://bucket/x", "--out", "{d}/new"],
+     "checkpoint_dir nosuch://bucket/x: Protocol not known"),
+    (["train", "llama-tiny", "checkpoint_dir={d}/not_yaml.yaml/ckpt", "--out", "{d}/new2"],
+     "cannot write checkpoints to"),
     (["generate", "{d}/empty", "--prompt", "hi"], "is neither a run folder nor a checkpoint"),
     # evaluation
     (["eval", "{d}/missing", "--tasks", "arc_easy_sample"], "missing does not exist"),

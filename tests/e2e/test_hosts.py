@@ -1,7 +1,8 @@
 """Two processes standing in for the two hosts of a slice (torch_xla's CPU runtime cannot span
 processes, so each runs its own copy of the program on the same global batch; they agree over
 gloo, as a slice's hosts do). What this covers: SIGTERM on one host makes every host save the
-same step and exit 0, one metrics writer, one run-folder lock, and an exact resume. What it
+same step and exit 0, checkpoints on each host's own disk or in one shared store, one
+metrics writer, one run-folder lock, and an exact resume. What it
 does not: a program whose arrays span the hosts (each host here holds the whole state)."""
 
 import json
@@ -11,6 +12,8 @@ import socket
 import subprocess
 import time
 
+import pytest
+
 from tests.support.paths import ROOT
 from tests.support.runs import env, losses, zoo, zoo_command
 
@@ -19,17 +22,18 @@ SMALL = ["llama-tiny", "--tpu", "cpu-1", "model.num_hidden_layers=1", "seq_len=6
          "wandb.project=zoo-test"]
 
 
-def start_hosts(out, steps: int, hosts: int = 2) -> list[subprocess.Popen]:
+def start_hosts(outs, steps: int, *overrides: str) -> list[subprocess.Popen]:
+    """One `zoo train` per host, host i writing its run folder at outs[i]."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     return [
         subprocess.Popen(
-            zoo_command("train", *SMALL, "--steps", str(steps), "--out", str(out)),
-            env={**env(), "RANK": str(rank), "WORLD_SIZE": str(hosts),
+            zoo_command("train", *SMALL, *overrides, "--steps", str(steps), "--out", str(out)),
+            env={**env(), "RANK": str(rank), "WORLD_SIZE": str(len(outs)),
                  "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)},
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        for rank in range(hosts)
+        for rank, out in enumerate(outs)
     ]
 
 
@@ -40,17 +44,29 @@ def finish(procs) -> list[str]:
     return logs
 
 
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """Losses of the same 16 steps as one uninterrupted single-process run."""
+    out = tmp_path_factory.mktemp("reference") / "run"
+    assert zoo("train", *SMALL, "--steps", "16", "--out", str(out)).returncode == 0
+    return losses(out)
+
+
+# Each host has its own run folder (its local disk). Checkpoints go either there too, each
+# host committing what it holds, or to one fsspec store all hosts share: a file:// URL, which
+# takes the code path of gs:// (whole-object writes, a commit marker, no renames).
+@pytest.mark.parametrize("store", ["local", "shared"])
 def test_sigterm_on_one_host_saves_the_same_step_everywhere_and_resumes_exactly(
-        tmp_path, monkeypatch):
+        tmp_path, monkeypatch, reference, store):
     monkeypatch.delenv("WANDB_API_KEY", raising=False)  # W&B offline
     monkeypatch.delenv("WANDB_MODE", raising=False)
-    reference = tmp_path / "reference"
-    assert zoo("train", *SMALL, "--steps", "16", "--out", str(reference)).returncode == 0
-
-    out = tmp_path / "run"
-    procs = start_hosts(out, steps=16)
+    outs = [tmp_path / f"host{i}" / "run" for i in range(2)]
+    shared = tmp_path / "bucket" / "checkpoints"
+    overrides = [f"checkpoint_dir=file://{shared}"] if store == "shared" else []
+    procs = start_hosts(outs, 16, *overrides)
+    main = outs[0]
     deadline = time.time() + 300
-    while not (out / "metrics.jsonl").exists() or len(losses(out)) < 3:
+    while not (main / "metrics.jsonl").exists() or len(losses(main)) < 3:
         assert all(p.poll() is None for p in procs) and time.time() < deadline
         time.sleep(0.1)
     os.kill(procs[1].pid, signal.SIGTERM)  # host 1 only
@@ -59,15 +75,28 @@ def test_sigterm_on_one_host_saves_the_same_step_everywhere_and_resumes_exactly(
     assert len(saved) == 2 and saved[0] == saved[1], logs
     step = int(saved[0].split("saved step ")[1].split(",")[0])
     assert 3 <= step < 16
-    folder = out / "checkpoints" / f"step-{step:08d}"
-    assert {p.name for p in folder.glob("rng-*.pt")} == {"rng-00000.pt", "rng-00001.pt"}
+    name = f"step-{step:08d}"
+    if store == "shared":  # one checkpoint, both hosts' files in it
+        assert {p.name for p in (shared / name).glob("rng-*.pt")} == {"rng-00000.pt",
+                                                                      "rng-00001.pt"}
+        assert not (outs[1] / "checkpoints").exists()
+    else:  # each host committed its own part on its own disk
+        for host, out in enumerate(outs):
+            assert (out / "checkpoints" / name / "manifest.json").is_file()
+            assert (out / "checkpoints" / name / f"rng-{host:05d}.pt").is_file()
+    assert not outs[1].joinpath("metrics.jsonl").exists()  # host 0 alone writes metrics
 
-    logs = finish(start_hosts(out, steps=16))
+    logs = finish(start_hosts(outs, 16, *overrides))
     assert f"resuming from step {step}" in logs[0]
-    assert losses(out) == losses(reference)
-    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert losses(main) == reference
+    records = [json.loads(line) for line in (main / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == list(range(1, 17))  # one writer: every step once
     # one W&B run across the restart, written by the main host alone
-    run_id = (out / "wandb-run-id").read_text().strip()
-    offline = sorted(p.name for p in (out / "wandb").glob("offline-run-*"))
+    run_id = (main / "wandb-run-id").read_text().strip()
+    offline = sorted(p.name for p in (main / "wandb").glob("offline-run-*"))
     assert len(offline) == 2 and all(name.endswith(f"-{run_id}") for name in offline)
+    if store == "shared":  # the bucket alone is enough to export its newest checkpoint
+        url = f"file://{shared}/step-00000016"
+        exported = zoo("export", url, str(tmp_path / "hf"))
+        assert exported.returncode == 0, exported.stderr[-3000:]
+        assert (tmp_path / "hf" / "config.json").is_file()

@@ -2,6 +2,7 @@
 changed settings, one writer per run folder (bad input: test_bad_inputs.py)."""
 
 import json
+import math
 import os
 import shutil
 import signal
@@ -83,6 +84,26 @@ def test_custom_optimizer_metrics_reach_jsonl_and_offline_wandb(tmp_path, monkey
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert all(r["update_norm"] > 0 for r in records)
     assert list((out / "wandb").glob("offline-run-*")), "no key: wandb must log offline"
+
+
+def test_validation_tensorboard_and_a_profile_window(tmp_path):
+    out = tmp_path / "run"
+    result = zoo("train", "llama-tiny", "--tpu", "cpu-1", "--steps", "8", "--out", str(out),
+                 "eval_every=4", "eval_rows=8", "checkpoint_every=4", "profile.start_step=3",
+                 "profile.steps=2", *SMALL)
+    assert result.returncode == 0, result.stderr[-3000:]
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    val = {r["step"]: r for r in records if "val_loss" in r}
+    assert sorted(val) == [4, 8] and val[8]["val_loss"] < val[4]["val_loss"]
+    assert val[8]["val_perplexity"] == pytest.approx(math.exp(val[8]["val_loss"]))
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(out / "tb")).Reload()
+    assert [e.step for e in events.Scalars("loss")] == list(range(1, 9))
+    assert [e.step for e in events.Scalars("val_loss")] == [4, 8]
+    assert "profile of steps 3-4" in result.stdout + result.stderr
+    (trace,) = (out / "profile").rglob("*.xplane.pb")
+    assert b"checkpoint" in trace.read_bytes()  # the named region around step 4's save
 
 
 def test_models_lists_every_size_with_parameter_count():

@@ -18,7 +18,9 @@ from tests.support.checkpoint_worker import BATCH, RESTORE_STEP, STEPS
 from tests.support.paths import ROOT
 from tests.support.xla_harness import xla_cpu_env
 from zoo.core.checkpoint import Checkpointer, load_checkpoint
+from zoo.core.checkpoint_manifest import write_manifest
 from zoo.core.errors import UserError
+from zoo.core.store import Store
 
 DEVICE_COUNTS = (1, 4)
 OTHER = {1: 4, 4: 1}
@@ -128,15 +130,15 @@ def test_restore_reshards_a_checkpoint_from_another_device_count(runs, devices):
 
 @pytest.mark.parametrize("devices", DEVICE_COUNTS)
 def test_only_the_newest_checkpoints_are_kept_and_stale_tmp_folders_removed(runs, devices):
-    # keep=2 after saves at steps 2, 4, 6; a stale .tmp folder made before the last save.
+    # keep=2 after saves at steps 2, 4, 6; a crashed save's folder made before the last save.
     assert runs[devices]["folders"] == ["step-00000004", "step-00000006"]
 
 
 @pytest.mark.parametrize("devices", DEVICE_COUNTS)
 def test_a_save_that_crashes_midway_leaves_the_previous_checkpoint_latest(runs, devices):
     after = runs[devices]["after_crash"]
-    assert after["folders"] == [".tmp-step-00000008", "step-00000004", "step-00000006"]
-    assert after["latest"] == STEPS
+    assert after["folders"] == ["step-00000004", "step-00000006", "step-00000008"]
+    assert after["latest"] == STEPS  # step 8 has no manifest: never committed
     assert Checkpointer(runs["out"] / f"run-{devices}").latest_step() == STEPS
 
 
@@ -179,8 +181,10 @@ def test_bad_restores_and_saves_are_one_line_errors(runs):
 
 def test_checkpoint_folder_bookkeeping_without_a_device(tmp_path):
     assert Checkpointer(tmp_path / "none").latest_step() is None
-    for name in ("step-00000003", "step-00000012", ".tmp-step-00000020", ".trash-step-00000001"):
+    for name in ("step-00000003", "step-00000012", "step-00000020", "step-00000001.damaged"):
         (tmp_path / name).mkdir()
+        (tmp_path / name / "manifest.json").write_text("{}")
+    (tmp_path / "step-00000020" / "manifest.json").unlink()  # a save that never committed
     (tmp_path / "step-00000030").write_text("a file, not a checkpoint folder")
     assert Checkpointer(tmp_path).latest_step() == 12
     with pytest.raises(UserError, match="keep must be at least 1"):
@@ -195,7 +199,8 @@ def test_checkpoint_folder_bookkeeping_without_a_device(tmp_path):
             {k: v * scale for k, v in weights.items()},
             str(tmp_path / f"run/checkpoints/step-0000000{step}/model.safetensors"),
         )
-    (tmp_path / "run/checkpoints/.tmp-step-00000009").mkdir()
+        write_manifest(Store(tmp_path / f"run/checkpoints/step-0000000{step}"))
+    (tmp_path / "run/checkpoints/step-00000009").mkdir()  # uncommitted
     torch.testing.assert_close(load_checkpoint(tmp_path / "run")["w"], weights["w"] * 2)
 
 
@@ -206,6 +211,12 @@ def test_a_save_that_runs_out_of_disk_leaves_the_previous_checkpoint_newest(runs
     assert f"the newest checkpoint is still step {STEPS}" in after["error"]
     assert after["latest"] == STEPS
     assert after["folders"] == ["step-00000004", "step-00000006"]  # partial files removed
+
+
+@pytest.mark.parametrize("where", ["memory", "async"])
+def test_checkpoints_in_an_fsspec_store_and_in_background_restore_the_saved_state(runs, where):
+    # memory://: through fsspec, no local disk; async: the next step ran during the write.
+    assert_same_state(runs[4]["elsewhere"][where], runs[4]["elsewhere"]["saved"][where])
 
 
 def damaged_copy(runs, tmp_path) -> Path:

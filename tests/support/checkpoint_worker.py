@@ -32,7 +32,8 @@ from zoo.core.mesh import MeshConfig, build_mesh  # noqa: E402
 from zoo.core.sharding import ShardingRules, shard_model  # noqa: E402
 
 RULES = DATA / "toy_fsdp.yaml"
-torch_save = checkpoint_module._torch_save
+torch_bytes = checkpoint_module._torch_bytes
+write_manifest = checkpoint_module.write_manifest
 STEPS, RESTORE_STEP, BATCH = 6, 4, 8
 
 
@@ -67,8 +68,8 @@ def snapshot(model, optimizer, scheduler) -> dict:
     return {
         "params": {n: p.detach().cpu() for n, p in model.named_parameters()},
         "param_specs": {n: spec(p) for n, p in model.named_parameters()},
-        "optim": {
-            names[id(p)]: {k: v.cpu() if torch.is_tensor(v) else v for k, v in s.items()}
+        "optim": {  # cloned: .cpu() of a CPU tensor (AdamW's step) is the live tensor
+            names[id(p)]: {k: v.cpu().clone() if torch.is_tensor(v) else v for k, v in s.items()}
             for p, s in optimizer.state.items()
         },
         "optim_specs": {names[id(p)]: spec(s["exp_avg"]) for p, s in optimizer.state.items() if s},
@@ -98,37 +99,51 @@ def phase1(out: Path, devices: int) -> dict:
     for step in range(1, STEPS + 1):
         losses.append(train_step(model, optimizer, scheduler, mesh))
         if step == STEPS:
-            (run / ".tmp-step-99999999").mkdir()
-            (run / ".tmp-step-99999999" / "junk").write_text("a crashed save")
+            (run / "step-99999999").mkdir()  # a crashed save: no manifest
+            (run / "step-99999999" / "junk").write_text("a crashed save")
         if step % 2 == 0:
             checkpointer.save(step, model, optimizer, scheduler, step * BATCH, {"note": step})
             saved[step] = snapshot(model, optimizer, scheduler)
     folders = sorted(p.name for p in run.iterdir())
-    # The same state with the consolidated weights file too.
+    # The same state with the consolidated weights file too; in memory (an fsspec store that
+    # is not a local disk); and in background, while the next step changes every tensor.
     Checkpointer(out / f"consolidated-{devices}", consolidate=True).save(
         STEPS, model, optimizer, scheduler)
+    in_memory = Checkpointer(f"memory://zoo-test/run-{devices}")
+    in_memory.save(STEPS, model, optimizer, scheduler)
+    saved_elsewhere = {"memory": snapshot(model, optimizer, scheduler)}
+    in_background = Checkpointer(out / f"async-{devices}", async_save=True)
+    in_background.save(STEPS, model, optimizer, scheduler)
+    saved_elsewhere["async"] = snapshot(model, optimizer, scheduler)
+    train_step(model, optimizer, scheduler, mesh)
+    in_background.wait()
 
-    # A save that dies after the shards are written but before the rename.
+    # A save that dies after the shards are written but before the commit.
     def crash(*args, **kwargs):
         raise KeyboardInterrupt("killed mid-save")
 
-    checkpointer._commit = crash
+    checkpoint_module.write_manifest = crash
     try:
         checkpointer.save(STEPS + 2, model, optimizer, scheduler)
     except KeyboardInterrupt:
         pass
-    del checkpointer._commit
+    checkpoint_module.write_manifest = write_manifest
     after_crash = {"latest": checkpointer.latest_step(), "folders": sorted(os.listdir(run))}
 
     # A disk that fills up midway (ENOSPC after the shards are written).
     def disk_full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    checkpoint_module._torch_save = disk_full
+    checkpoint_module._torch_bytes = disk_full
     no_space = error_of(lambda: checkpointer.save(STEPS + 4, model, optimizer, scheduler))
-    checkpoint_module._torch_save = torch_save
+    checkpoint_module._torch_bytes = torch_bytes
     after_no_space = {"latest": checkpointer.latest_step(), "folders": sorted(os.listdir(run)),
                       "error": no_space}
+    elsewhere = {"saved": saved_elsewhere}
+    for name, other in (("memory", in_memory), ("async", in_background)):
+        model, optimizer, scheduler, mesh = build(seed=3)
+        other.restore(model, optimizer, scheduler)
+        elsewhere[name] = snapshot(model, optimizer, scheduler)
 
     model, optimizer, scheduler, mesh = build(seed=1)
     info = checkpointer.restore(model, optimizer, scheduler, step=RESTORE_STEP)
@@ -153,6 +168,7 @@ def phase1(out: Path, devices: int) -> dict:
         "folders": folders,
         "after_crash": after_crash,
         "after_no_space": after_no_space,
+        "elsewhere": elsewhere,
         "info": info,
         "restored": restored,
         "resumed": resumed,

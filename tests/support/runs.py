@@ -49,7 +49,7 @@ def kill_after_first_checkpoint_then_rerun(args: list[str], out: Path, first: in
     proc = popen_zoo("train", *args, "--out", str(out), stdout=subprocess.DEVNULL,
                      stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
-    while not (out / "checkpoints" / f"step-{first:08d}").exists():
+    while not (out / "checkpoints" / f"step-{first:08d}" / "manifest.json").exists():
         assert proc.poll() is None and time.time() < deadline, f"run ended before step {first}"
         time.sleep(0.2)
     proc.kill()

@@ -216,6 +216,26 @@ def test_hosts_split_the_same_global_batch(tmp_path, tok):
             assert torch.equal(torch.cat([p[key] for p in parts]), single.batch(index)[key])
 
 
+def test_held_out_rows_are_never_trained_on_and_validate_in_fixed_shapes(tmp_path, tok):
+    whole = make(tok, tmp_path, global_batch_size=1)
+    held = make(tok, tmp_path, global_batch_size=4, held_out=6)
+    n = held.num_sequences
+    assert n == whole.num_sequences - 6
+    tokens = torch.from_numpy(held.corpus.tokens.astype(np.int64))
+    # one epoch of training is exactly the first n rows of the stream, shuffled
+    epoch = torch.cat([held.batch(i)["input_ids"] for i in range(n // 4)])
+    head = tokens[: n * 8].view(n, 8)
+    assert set(map(tuple, epoch.tolist())) <= set(map(tuple, head.tolist()))
+    validation = list(held.validation_batches())
+    assert [b["input_ids"].shape for b in validation] == [(4, 8), (4, 8)]  # 6 rows, padded
+    labels = torch.cat([b["labels"] for b in validation])
+    assert (labels[6:] == -100).all()  # the padding rows are masked out of the loss
+    kept = labels[:6].flatten()
+    assert torch.equal(kept[kept != -100], tokens[n * 8:])  # the rest of the stream
+    with pytest.raises(UserError, match="too few to hold out"):
+        make(tok, tmp_path, global_batch_size=4, held_out=whole.num_sequences)
+
+
 def test_non_divisible_global_batch_is_a_one_line_error(tok):
     with pytest.raises(UserError) as excinfo:
         TokenBatches(DataConfig(), tok, seq_len=8, global_batch_size=5, process_count=2)

@@ -4,6 +4,7 @@ cross entropy out. Any model whose forward maps input_ids -> logits fits."""
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import torch
 import torch.nn.functional as F
@@ -18,9 +19,14 @@ from zoo.tasks.packed_text import DataConfig, TokenBatches
 class LMTrainConfig(TrainConfig):
     seq_len: int = 256
     data: DataConfig = dataclasses.field(default_factory=DataConfig)
+    eval_every: int = 0  # steps between validation passes (and at the end); 0: never
+    eval_rows: int = 64  # rows of seq_len held out from training for validation
 
     def __post_init__(self):
         super().__post_init__()
+        if self.eval_every < 0 or self.eval_rows < 1:
+            raise ValueError(f"eval_every must be >= 0 and eval_rows >= 1, got "
+                             f"{self.eval_every} and {self.eval_rows}")
         # the run schema (zoo/compose.py) adds `model`; a bare LMTrainConfig has none
         longest = getattr(getattr(self, "model", None), "max_position_embeddings", None)
         if longest and self.seq_len > longest:
@@ -71,7 +77,8 @@ class CausalLM(Task):
         tokenizer, vocab = tokenizer_for(config), config.model.vocab_size
         check_vocab(tokenizer, vocab)
         return TokenBatches(config.data, tokenizer, config.seq_len, config.global_batch_size,
-                            process_index, process_count, vocab_size=vocab)
+                            process_index, process_count, vocab_size=vocab,
+                            held_out=config.eval_rows if config.eval_every else 0)
 
     def loss(self, model, batch):
         return causal_lm_loss(model(batch["input_ids"]), batch["labels"]), {}
@@ -88,6 +95,13 @@ class CausalLM(Task):
         labels[0, :5] = -100
         return {"input_ids": ids, "labels": labels}
 
+    def after_step(self, engine, step: int) -> dict | None:
+        every = engine.config.eval_every
+        if not every or (step % every and step != engine.config.steps):
+            return None
+        loss = validation_loss(engine)
+        return {"val_loss": loss, "val_perplexity": math.exp(min(loss, 80.0))}
+
     def write_hf_extras(self, config, hf_config, folder) -> None:
         """Tokenizer files and a generation config with its special tokens (none for runs
         trained on synthetic tokens)."""
@@ -101,6 +115,29 @@ class CausalLM(Task):
             setattr(hf_config, name, getattr(tokenizer, name))
         GenerationConfig(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
                          pad_token_id=tokenizer.pad_token_id).save_pretrained(folder)
+
+
+def validation_loss(engine) -> float:
+    """Mean next-token loss over every held-out token: sums accumulate on the device, one
+    compiled graph per batch shape, one transfer at the end."""
+    import torch_xla
+
+    from zoo.core.inputs import device_loader
+
+    batches = engine.data.validation_batches
+    total = count = None
+    with torch.no_grad():
+        for batch in device_loader(batches(), engine.mesh, next(batches())):
+            with engine.autocast():
+                logits = engine.model(batch["input_ids"])
+            labels = batch["labels"][:, 1:]
+            loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels.flatten(),
+                                   ignore_index=-100, reduction="sum")
+            tokens = (labels != -100).sum()
+            total = loss if total is None else total + loss
+            count = tokens if count is None else count + tokens
+            torch_xla.sync()
+    return float(total) / max(int(count), 1)
 
 
 CAUSAL_LM = CausalLM()

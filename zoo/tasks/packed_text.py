@@ -166,6 +166,9 @@ class TokenBatches:
     `batch(i)` is global batch `i` restricted to this host's rows [k*local, (k+1)*local);
     iterating yields `batch(start), batch(start + 1), ...` forever. Iteration does not move
     `start`: record the step count yourself (a prefetching loader runs ahead of training).
+
+    `held_out` rows at the end of the stream are never trained on: `validation_batches()`
+    gives them, in the same fixed shape, the rows past the end masked out of the loss.
     """
 
     def __init__(
@@ -177,6 +180,7 @@ class TokenBatches:
         process_index: int = 0,
         process_count: int = 1,
         vocab_size: int | None = None,
+        held_out: int = 0,
     ):
         """`vocab_size` is the model's: synthetic ids are drawn below it, real ids must fit."""
         if seq_len < 1 or global_batch_size < 1:
@@ -193,6 +197,7 @@ class TokenBatches:
         self.process_count = process_count
         self.start = 0
         self.synthetic = config.source == "synthetic"
+        self.held_out = held_out
         if self.synthetic:
             vocab_size = vocab_size or (len(tokenizer) if tokenizer is not None else None)
             if not vocab_size:
@@ -209,7 +214,11 @@ class TokenBatches:
         self.vocab_size = vocab_size or len(tokenizer)
         pad = tokenizer.pad_token_id
         self.pad_id = tokenizer.eos_token_id if pad is None else pad
-        self._count = -(-len(tokens) // seq_len)  # rows; row r = tokens[r*seq_len:][:seq_len]
+        rows = -(-len(tokens) // seq_len)  # row r = tokens[r*seq_len:][:seq_len]
+        if held_out and held_out >= rows:
+            raise DataError(f"the corpus has {rows} rows of {seq_len} tokens, too few to hold "
+                            f"out {held_out} for validation; lower eval_rows")
+        self._count = rows - held_out  # the training rows
         self._order = EpochOrder(self._count, config.shuffle_seed)
 
     # ---- sizes
@@ -242,10 +251,31 @@ class TokenBatches:
         if self.synthetic:
             input_ids = torch.from_numpy(np.stack([self._random_row(index, r) for r in within]))
             return {"input_ids": input_ids, "labels": input_ids.clone()}
-        picked = self._order.items(index * self.global_batch_size + within)
+        return self._rows(self._order.items(index * self.global_batch_size + within))
+
+    def validation_batches(self) -> Iterator[dict]:
+        """This host's share of the held-out rows, a global batch at a time."""
+        import torch
+
+        within = host_rows(self.process_index, self.local_batch_size)
+        for first in range(0, self.held_out, self.global_batch_size):
+            position = first + within
+            if self.synthetic:  # seeded apart from every training batch
+                ids = np.stack([self._random_row(2**40 + p, 0) for p in position])
+                labels = np.where(position[:, None] < self.held_out, ids, IGNORE_INDEX)
+                yield {"input_ids": torch.from_numpy(ids),
+                       "labels": torch.from_numpy(labels)}
+                continue
+            rows = np.where(position < self.held_out, self._count + position, -1)
+            yield self._rows(rows)
+
+    def _rows(self, picked: np.ndarray) -> dict:
+        """Rows `picked` of the stream (-1: a row of padding) as input ids and labels."""
+        import torch
+
         tokens = self.corpus.tokens
         offsets = picked[:, None] * self.seq_len + np.arange(self.seq_len)
-        padding = offsets >= len(tokens)  # only in the last row
+        padding = (offsets >= len(tokens)) | (picked[:, None] < 0)  # the stream's end
         ids = np.where(padding, self.pad_id, tokens[np.minimum(offsets, len(tokens) - 1)])
         labels = np.where(padding, IGNORE_INDEX, ids)
         return {

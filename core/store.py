@@ -1,0 +1,120 @@
+"""A folder on any filesystem fsspec knows: a local path, or a URL (`gs://bucket/path` with
+gcsfs, `file://`, `memory://`). Checkpoints go through this one code path wherever they live,
+so nothing here relies on what object stores lack: no directory renames, no appends, no
+atomic multi-file operations. A file written whole (`write_bytes`) appears whole: under a
+plain local path it is written beside and renamed into place; under a URL it is uploaded as
+one object, as on a bucket (so `file://` is how tests stand in for gs:// across processes).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import fsspec
+
+
+class Store:
+    def __init__(self, location: str | os.PathLike):
+        location = os.fspath(location)
+        self.fs, self.root = fsspec.core.url_to_fs(location)
+        self.root = self.root.rstrip("/") or "/"
+        self.local = "://" not in location  # a plain path: a disk, where renames are atomic
+
+    @property
+    def url(self) -> str:
+        """What a user would type for this folder (a plain path when it is local)."""
+        return self.root if self.local else self.fs.unstrip_protocol(self.root)
+
+    def __str__(self) -> str:
+        return self.url
+
+    def __truediv__(self, name: str) -> Store:
+        child = Store.__new__(Store)
+        child.fs, child.root, child.local = self.fs, f"{self.root}/{name}", self.local
+        return child
+
+    @property
+    def parent(self) -> Store:
+        parent = Store.__new__(Store)
+        parent.fs, parent.local = self.fs, self.local
+        parent.root = self.root.rsplit("/", 1)[0] or "/"
+        return parent
+
+    @property
+    def name(self) -> str:
+        return self.root.rsplit("/", 1)[-1]
+
+    def path(self, name: str = "") -> str:
+        return f"{self.root}/{name}" if name else self.root
+
+    def exists(self, name: str = "") -> bool:
+        return self.fs.exists(self.path(name))
+
+    def is_dir(self) -> bool:
+        return self.fs.isdir(self.root)
+
+    def children(self) -> list[str]:
+        """Names of the folders directly inside (none if this folder does not exist)."""
+        try:
+            entries = self.fs.ls(self.root, detail=True)
+        except FileNotFoundError:
+            return []
+        return sorted(e["name"].rstrip("/").rsplit("/", 1)[-1]
+                      for e in entries if e["type"] == "directory")
+
+    def files(self) -> dict[str, int]:
+        """Every file below, by path relative to this folder, with its size in bytes."""
+        try:
+            found = self.fs.find(self.root, detail=True)
+        except FileNotFoundError:
+            return {}
+        prefix = self.root + "/"
+        return {name[len(prefix):]: info["size"] for name, info in found.items()
+                if info["type"] == "file" and name.startswith(prefix)}
+
+    def size(self, name: str) -> int:
+        return self.fs.size(self.path(name))
+
+    def open(self, name: str, mode: str = "rb"):
+        return self.fs.open(self.path(name), mode)
+
+    def read_bytes(self, name: str) -> bytes:
+        return self.fs.cat_file(self.path(name))
+
+    def read_text(self, name: str) -> str:
+        return self.read_bytes(name).decode()
+
+    def write_bytes(self, name: str, data: bytes) -> None:
+        """Write a whole file; readers see the old file or the new one, never a part."""
+        self.makedirs()
+        if not self.local:
+            self.fs.pipe_file(self.path(name), data)
+            return
+        tmp = self.path(f".{name}.{uuid.uuid4().hex[:8]}.tmp")
+        with open(tmp, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(tmp, self.path(name))
+
+    def write_text(self, name: str, text: str) -> None:
+        self.write_bytes(name, text.encode())
+
+    def makedirs(self) -> None:
+        self.fs.makedirs(self.root, exist_ok=True)
+
+    def remove(self, name: str = "") -> None:
+        """Delete a file or a whole folder; missing is fine."""
+        try:
+            self.fs.rm(self.path(name), recursive=True)
+        except FileNotFoundError:
+            pass
+
+    def move(self, new_name: str) -> Store:
+        """Move this folder to a sibling name (a rename on local disks, copies on buckets)."""
+        target = Store.__new__(Store)
+        parent = self.root.rsplit("/", 1)[0]
+        target.fs, target.root, target.local = self.fs, f"{parent}/{new_name}", self.local
+        self.fs.mv(self.root, target.root, recursive=True)
+        return target
