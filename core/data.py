@@ -160,13 +160,14 @@ def local_files(source: str) -> list[str] | None:
     return files
 
 
-def local_dataset(files: list[str], source: str, split: str):
+def local_dataset(files: list[str], source: str, split: str, streaming: bool = False):
     import datasets
 
     builder = BUILDERS[Path(files[0]).suffix.lower()]
     options = {"sample_by": "document"} if builder == "text" else {}  # a .txt file = 1 doc
     try:
-        return datasets.load_dataset(builder, data_files={"train": files}, split=split, **options)
+        return datasets.load_dataset(builder, data_files={"train": files}, split=split,
+                                     streaming=streaming, **options)
     except ValueError as error:  # e.g. an unknown split name
         raise DataError(f"data.source {source}: {_first_line(error)}") from None
     except datasets.exceptions.DatasetGenerationError as error:
@@ -178,7 +179,7 @@ def _hidden(path: Path, root: str) -> bool:
     return any(part.startswith(".") for part in path.relative_to(root).parts)
 
 
-def hub_dataset(source: str, subset: str | None, split: str):
+def hub_dataset(source: str, subset: str | None, split: str, streaming: bool = False):
     import datasets
     from huggingface_hub import constants
 
@@ -189,7 +190,7 @@ def hub_dataset(source: str, subset: str | None, split: str):
     if not constants.HF_HUB_OFFLINE and not hub_reachable():
         raise unreachable  # rather than minutes of retries inside load_dataset
     try:
-        return datasets.load_dataset(source, subset, split=split)
+        return datasets.load_dataset(source, subset, split=split, streaming=streaming)
     except Exception as error:  # hub failures come in many classes
         if isinstance(error, datasets.exceptions.DatasetNotFoundError):
             raise DataError(

@@ -236,6 +236,20 @@ def test_held_out_rows_are_never_trained_on_and_validate_in_fixed_shapes(tmp_pat
         make(tok, tmp_path, global_batch_size=4, held_out=whole.num_sequences)
 
 
+def test_a_streamed_source_tokenizes_as_it_reads_and_matches_the_whole_read(tmp_path, tok):
+    docs = [f"Document {i}: " + "some words here " * (i % 5 + 1) for i in range(40)]
+    source = str(write_jsonl(tmp_path / "many.jsonl", docs))
+    whole = packed_text.tokenize_corpus(
+        DataConfig(source=source, max_documents=25, cache_dir=str(tmp_path / "a")), tok)
+    streamed_config = DataConfig(source=source, streaming=True, max_documents=25,
+                                 cache_dir=str(tmp_path / "b"))
+    texts, _ = packed_text.load_documents(streamed_config)
+    assert not isinstance(texts, list)  # an iterator: nothing is read ahead
+    streamed = packed_text._tokenize(streamed_config, tok)
+    assert whole.num_documents == streamed.num_documents == 25
+    assert np.array_equal(whole.tokens, streamed.tokens)
+
+
 def test_non_divisible_global_batch_is_a_one_line_error(tok):
     with pytest.raises(UserError) as excinfo:
         TokenBatches(DataConfig(), tok, seq_len=8, global_batch_size=5, process_count=2)

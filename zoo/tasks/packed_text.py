@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -44,32 +45,45 @@ class DataConfig:
     tokenizer: str = "default"  # "default" = core/assets/tokenizer, a local dir or a Hub name
     shuffle_seed: int = 0
     cache_dir: str | None = None  # tokenized sources; default $ZOO_CACHE or ~/.cache/zoo
+    # read the source as a stream: documents are tokenized as they arrive and never held all
+    # at once (a Hub dataset is not downloaded whole first)
+    streaming: bool = False
+    max_documents: int | None = None  # stop after this many documents (a stream may not end)
+
+    def __post_init__(self):
+        if self.max_documents is not None and self.max_documents < 1:
+            raise ValueError(f"data.max_documents must be at least 1, got {self.max_documents}")
 
 
-def load_documents(config: DataConfig) -> tuple[list[str], str]:
+def load_documents(config: DataConfig) -> tuple[Iterable[str], str]:
     """(texts, where they came from, e.g. "default corpus (Python 3.11 help topics") for a
-    non-synthetic source; describe() completes the parenthesis with the counts."""
+    non-synthetic source; describe() completes the parenthesis with the counts. With
+    `streaming` the texts are an iterator that reads as it goes."""
     source = config.source
     if source == "default":
         version = f"{sys.version_info.major}.{sys.version_info.minor}"
         return data.default_documents(), f"default corpus (Python {version} help topics"
     files = data.local_files(source)
     if files is not None:
-        dataset = data.local_dataset(files, source, config.split)
+        dataset = data.local_dataset(files, source, config.split, config.streaming)
         field = "text" if BUILDERS[Path(files[0]).suffix.lower()] == "text" else config.text_field
         return _texts(dataset, field, source), f"{source} ({len(files)} files"
     subset = f"subset {config.subset}, " if config.subset else ""
-    dataset = data.hub_dataset(source, config.subset, config.split)
+    dataset = data.hub_dataset(source, config.subset, config.split, config.streaming)
     label = f"Hub dataset {source} ({subset}split {config.split}"
     return _texts(dataset, config.text_field, source), label
 
 
-def _texts(dataset, field: str, source: str) -> list[str]:
-    if field not in dataset.column_names:
+def _texts(dataset, field: str, source: str) -> Iterable[str]:
+    columns = dataset.column_names  # None for a stream that does not declare its features
+    if columns is not None and field not in columns:
         raise DataError(
             f"data.source {source} has no column '{field}' (data.text_field); "
-            f"columns: {', '.join(dataset.column_names)}"
+            f"columns: {', '.join(columns)}"
         )
+    if not hasattr(dataset, "__len__"):  # streaming: one example at a time
+        return (text for example in dataset
+                if isinstance(text := example.get(field), str) and text)
     return [text for text in dataset[field] if isinstance(text, str) and text]
 
 
@@ -96,7 +110,8 @@ def tokenize_corpus(config: DataConfig, tokenizer) -> Corpus:
         raise DataError(f"data.source {config.source} needs a tokenizer (got None)")
     files = data.local_files(config.source) if config.source != "default" else None
     key = token_cache.cache_key({
-        "source": [config.source, config.text_field, config.split, config.subset],
+        "source": [config.source, config.text_field, config.split, config.subset,
+                   config.max_documents],
         "files": [(f, os.stat(f).st_mtime_ns, os.stat(f).st_size) for f in files or ()],
         "python": sys.version_info[:2] if config.source == "default" else None,
         "tokenizer": _fingerprint(tokenizer),
@@ -139,25 +154,27 @@ def _tokenize(config: DataConfig, tokenizer) -> Corpus:
     bos = tokenizer.bos_token_id
     prefix = [bos] if bos is not None and bos != eos else []  # GPT-2 style: EOS alone
     texts, label = load_documents(config)
-    if not texts:
-        raise DataError(f"data.source {config.source} has no non-empty documents")
-    pieces = []
+    total = len(texts) if hasattr(texts, "__len__") else None
+    if total is not None and config.max_documents is not None:
+        total = min(total, config.max_documents)
+    texts = itertools.islice(texts, config.max_documents)
+    pieces, count = [], 0
     # A fast tokenizer encodes each chunk on all cores (Rust threads); the bar shows on big
-    # sources only, so the quick start stays one line.
-    with tqdm(total=len(texts), desc="tokenizing", unit="doc", leave=False,
-              disable=len(texts) < 20_000) as bar:
-        for start in range(0, len(texts), 1024):
+    # or streamed sources only, so the quick start stays one line.
+    with tqdm(total=total, desc="tokenizing", unit="doc", leave=False,
+              disable=total is not None and total < 20_000) as bar:
+        while chunk := list(itertools.islice(texts, 1024)):
             # split_special_tokens: a literal "<|end_of_text|>" inside a document is just text.
             encoded = tokenizer(
-                texts[start : start + 1024],
-                add_special_tokens=False,
-                split_special_tokens=True,
-                verbose=False,
+                chunk, add_special_tokens=False, split_special_tokens=True, verbose=False,
             )["input_ids"]
             pieces += [np.asarray(prefix + ids + [eos], dtype=np.int32) for ids in encoded]
-            bar.update(len(encoded))
+            count += len(chunk)
+            bar.update(len(chunk))
+    if not count:
+        raise DataError(f"data.source {config.source} has no non-empty documents")
     tokens = np.concatenate(pieces)
-    return Corpus(tokens, len(texts), label, int(tokens.max()))
+    return Corpus(tokens, count, label, int(tokens.max()))
 
 
 class TokenBatches:
