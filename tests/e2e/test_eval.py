@@ -91,6 +91,7 @@ def test_export_loads_in_transformers_and_gives_the_zoo_logits(runs):
     assert again.returncode != 0 and "already exists" in again.stderr
 
 
+@pytest.mark.slow  # lm-eval's CLI on our export; by default our two backends are compared
 def test_lm_eval_cli_on_the_export_gives_the_same_numbers(runs, cpu_eval):
     folder = json.loads(cpu_eval["trained"].read_text())["model_folder"]
     out = runs["tmp"] / "lm_eval_out"

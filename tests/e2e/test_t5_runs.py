@@ -22,6 +22,7 @@ def test_t5_tiny_learns_the_reversal_task(trained):
     assert train[24] < train[1] / 2
 
 
+@pytest.mark.slow  # by default: t5 restores exactly in test_conformance, llama after SIGKILL
 def test_sigkill_then_rerun_resumes_with_identical_losses(trained, tmp_path):
     kill_after_first_checkpoint_then_rerun(RUN, tmp_path / "run", first=12)
     assert losses(tmp_path / "run") == losses(trained)
