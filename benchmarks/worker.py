@@ -37,7 +37,7 @@ def _time_steps(engine, steps: int, profile_dir: str | None) -> dict:
 
     batch = shard_batch(engine.data.batch(0), engine.mesh)
     start = time.perf_counter()
-    for _ in range(2):  # the step compiles, then again once optimizer state exists
+    for _ in range(2):  # the step compiles (a lazy-state optimizer: again on step 2)
         engine.train_step(batch)
         torch_xla.sync()
     xm.wait_device_ops()

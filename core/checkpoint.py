@@ -551,7 +551,7 @@ def _optimizer_targets(optimizer, names: dict[int, str], saved: dict) -> dict:
     with the parameter's sharding, which is what a training step would have created; anything
     else (AdamW's scalar `step`) is a CPU tensor, as torch keeps it.
     """
-    import torch_xla
+    from zoo.core.sharding import zeros_like_param
 
     by_param: dict[str, dict] = {}
     for fqn, md in saved.items():
@@ -564,11 +564,7 @@ def _optimizer_targets(optimizer, names: dict[int, str], saved: dict) -> dict:
             name = names[id(param)]
             for key, md in by_param.get(name, {}).items():
                 if len(md.size) and tuple(md.size) == tuple(param.shape):
-                    zeros = torch.zeros(md.size, dtype=md.properties.dtype, device=param.device)
-                    if param.device.type == "xla":
-                        sharding = torch_xla._XLAC._get_xla_op_sharding(param)
-                        if sharding is not None:
-                            torch_xla._XLAC._xla_mark_sharding(zeros, sharding)
+                    zeros = zeros_like_param(param, md.properties.dtype)
                 else:
                     zeros = torch.zeros(md.size, dtype=md.properties.dtype)
                 targets[name, key] = zeros

@@ -25,14 +25,20 @@ from zoo.core.flops import calibrate_cpu_peak, train_flops
 from zoo.core.inputs import device_loader
 from zoo.core.mesh import MeshConfig, axis_sizes, build_mesh
 from zoo.core.metrics import MetricsLogger, WandbConfig
-from zoo.core.optim import OptimConfig, ScheduleConfig, build_optimizer, build_schedule
+from zoo.core.optim import (
+    OptimConfig,
+    ScheduleConfig,
+    build_optimizer,
+    build_schedule,
+    create_state,
+)
 from zoo.core.profile import ProfileConfig, StepProfiler
 from zoo.core.remat import RematConfig, apply_remat
 from zoo.core.run_folder import RunFolder
 from zoo.core.sharding import ShardingRules, shard_model
 from zoo.core.task import Task
 
-WARMUP_STEPS = 2  # step 1 compiles the step, step 2 again once optimizer state exists
+WARMUP_STEPS = 2  # step 1 compiles the step (step 2 too for optimizers with lazy state)
 TIMING_WINDOW = 10  # steps averaged into the reported step time
 
 
@@ -114,6 +120,7 @@ class Engine:
         self.model = model.to(torch_xla.device())
         self.plan = shard_model(self.model, rules, self.mesh)
         self.optimizer = build_optimizer(config.optim, self.model.parameters())
+        create_state(self.optimizer)  # before the first trace: the step compiles once
         self.scheduler = build_schedule(config.schedule, self.optimizer, config.steps)
         self.checkpointer = Checkpointer(config.checkpoint_location,
                                          keep=config.keep_checkpoints,

@@ -59,6 +59,33 @@ def build_optimizer(config: OptimConfig, params) -> torch.optim.Optimizer:
     return cls(params, lr=config.lr, weight_decay=config.weight_decay)
 
 
+def create_state(optimizer: torch.optim.Optimizer) -> None:
+    """Give AdamW/Adam and momentum SGD now the state their first step would create (zero
+    moments with each parameter's sharding, step 0), so the train step is traced once with
+    it and compiles once, not a second time when the state appears. Other optimizers keep
+    their lazy state (and a second compile)."""
+    from torch.optim.optimizer import _get_scalar_dtype
+
+    from zoo.core.sharding import zeros_like_param
+
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            state = optimizer.state[param]
+            if state:
+                continue
+            if type(optimizer) in (torch.optim.AdamW, torch.optim.Adam):
+                if group["fused"] or group["capturable"]:
+                    return  # their step lives on the device: leave it to torch
+                state["step"] = torch.tensor(0.0, dtype=_get_scalar_dtype())
+                moments = ["exp_avg", "exp_avg_sq"] + ["max_exp_avg_sq"] * group["amsgrad"]
+                for key in moments:
+                    state[key] = zeros_like_param(param)
+            elif type(optimizer) is torch.optim.SGD and group["momentum"]:
+                if group["dampening"]:
+                    return  # its first step is not the zero-buffer update
+                state["momentum_buffer"] = zeros_like_param(param)
+
+
 def lr_multiplier(config: ScheduleConfig, total_steps: int):
     """step -> factor of the peak lr: linear warmup, then cosine/linear decay or constant."""
     if config.decay not in ("cosine", "linear", "constant"):

@@ -217,6 +217,23 @@ def shard_model(model, rules: ShardingRules, mesh) -> list[ParamPlan]:
     return plan
 
 
+def zeros_like_param(param, dtype=None):
+    """Zeros shaped like `param`, on its device with its sharding: optimizer state as a
+    training step would create it. Made on the host and transferred, so no graph compiles."""
+    import torch
+
+    zeros = torch.zeros(param.shape, dtype=dtype or param.dtype)
+    if param.device.type != "xla":
+        return zeros
+    import torch_xla
+
+    zeros = zeros.to(param.device)
+    sharding = torch_xla._XLAC._get_xla_op_sharding(param)
+    if sharding is not None:
+        torch_xla._XLAC._xla_mark_sharding(zeros, sharding)
+    return zeros
+
+
 def shard_activations(model, rules: ShardingRules, mesh) -> None:
     """Hook the outputs of the modules the activation rules name, to mark their sharding."""
     mesh_axes = axis_sizes(mesh)

@@ -152,7 +152,8 @@ def train(model, overrides, tpu, steps, out, init_from, config_files, force_resu
         f"{summary['first_loss']:.3f} -> {summary['last_loss']:.3f}, median step "
         f"{summary['median_step_time_s']:.3f} s, {summary['items_per_s']:,.0f} "
         f"{summary['unit']}/s, "
-        f"MFU {summary['mfu']:.1%}, {summary['compiles']} compiles; run folder {cfg.out}"
+        f"MFU {summary['mfu']:.1%}, {summary['compiles']} "
+        f"compile{'s' * (summary['compiles'] != 1)}; run folder {cfg.out}"
     )
     from zoo.core.hosts import current as current_hosts
     from zoo.registry import resolve
