@@ -323,6 +323,8 @@ class _StepTracker:
         self.times = collections.deque([time.perf_counter()], maxlen=TIMING_WINDOW + 1)
         self.signature = None
         self.compiles = _compile_count() - engine.side_compiles
+        self.compile_seconds = runtime.compile_stats()[1]
+        self.step_compile_seconds: list[float] = []  # each compile of the train step
         self.history: list[dict] = []
 
     def done(self, step: int, values: dict, lr: float, batch: dict) -> None:
@@ -337,6 +339,12 @@ class _StepTracker:
                 f"({compiles - self.compiles} new compile(s)); "
                 f"{_what_changed(self.signature, signature)}"
             )
+        seconds = runtime.compile_stats()[1]
+        if compiles > self.compiles:  # the train step compiled: say how long it took
+            self.step_compile_seconds.append(seconds - self.compile_seconds)
+            self.logger.note(f"step {step}: the train step compiled in "
+                             f"{self.step_compile_seconds[-1]:.1f} s")
+        self.compile_seconds = seconds
         if step <= self.start_step + WARMUP_STEPS:  # keep compile time out of the window
             self.times = collections.deque([self.times[-1]], maxlen=TIMING_WINDOW + 1)
         self.compiles, self.signature = compiles, signature
@@ -375,6 +383,7 @@ class _StepTracker:
             "items_per_s": self.engine.items_per_step() / median,
             "mfu": self.engine.flops_per_step() / (median * self.peak),
             "compiles": self.history[-1]["compiles"],
+            "compile_s": self.step_compile_seconds,
         }
 
 

@@ -153,7 +153,9 @@ def train(model, overrides, tpu, steps, out, init_from, config_files, force_resu
         f"{summary['median_step_time_s']:.3f} s, {summary['items_per_s']:,.0f} "
         f"{summary['unit']}/s, "
         f"MFU {summary['mfu']:.1%}, {summary['compiles']} "
-        f"compile{'s' * (summary['compiles'] != 1)}; run folder {cfg.out}"
+        f"compile{'s' * (summary['compiles'] != 1)} "
+        f"({', '.join(f'{s:.1f} s' for s in summary['compile_s']) or 'none new'}); "
+        f"run folder {cfg.out}"
     )
     from zoo.core.hosts import current as current_hosts
     from zoo.registry import resolve

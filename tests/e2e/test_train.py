@@ -45,6 +45,8 @@ def test_run_writes_metrics_config_and_checkpoints(reference_run):
     assert (out / "config.yaml").is_file()
     assert checkpoints(out) == ["step-00000004", "step-00000008", "step-00000012"]
     assert "done: steps 1-12" in result.stdout and "sample: " in result.stdout
+    assert "step 1: the train step compiled in" in result.stdout + result.stderr
+    assert "1 compile (" in result.stdout  # the summary gives each compile's seconds
 
 
 def test_sigkill_then_rerun_resumes_with_identical_losses(reference_run, tmp_path):
