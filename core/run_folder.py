@@ -24,6 +24,8 @@ from pathlib import Path
 from zoo.core.errors import UserError
 
 _STEP_DIR = re.compile(r"step-(\d+)")
+# a checkpoint location outside the run folder (checkpoint_dir) keeps the run's config here
+LOCATION_CONFIG = "run-config.yaml"
 
 
 def step_dir_name(step: int) -> str:

@@ -146,9 +146,8 @@ def build_engine(model_name: str, overrides: list[str], config_files=(), build_m
 def train(model_name: str, overrides: list[str], config_files=(),
           force_resume: bool = False) -> tuple[object, dict]:
     from zoo.core import hosts
-    from zoo.core.run_folder import RunFolder
+    from zoo.core.run_folder import LOCATION_CONFIG, RunFolder
     from zoo.core.store import Store
-    from zoo.saved_run import LOCATION_CONFIG
 
     cfg, engine = build_engine(model_name, overrides, config_files, force_resume=force_resume)
     # The main host speaks for the run (the others only write their checkpoint shards).

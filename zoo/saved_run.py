@@ -9,10 +9,8 @@ from pathlib import Path
 
 from zoo.core.checkpoint import complete_steps
 from zoo.core.errors import UserError
-from zoo.core.run_folder import RunFolder, step_dir_name, step_of
+from zoo.core.run_folder import LOCATION_CONFIG, RunFolder, step_dir_name, step_of
 from zoo.core.store import Store
-
-LOCATION_CONFIG = "run-config.yaml"
 
 
 def load_run(path: str | Path):
