@@ -24,7 +24,7 @@ class RematError(UserError):
 class RematConfig:
     # Class names of layers whose forward is recomputed in backward (activation checkpointing).
     checkpoint: list[str] = dataclasses.field(default_factory=list)
-    # Module names of LayerStacks to run with torch_xla's scan_layers (compile one layer once).
+    # Module names of LayerStacks to run with torch_xla's scan (compile one layer once).
     scan: list[str] = dataclasses.field(default_factory=list)
 
 
@@ -37,6 +37,7 @@ class LayerStack(nn.ModuleList):
 
     scan: bool = False
     remat_in_scan: bool = False
+    _step_fn = None
 
     def forward(self, hidden: torch.Tensor, *extras):
         if self.scan and hidden.device.type == "xla":
@@ -46,23 +47,26 @@ class LayerStack(nn.ModuleList):
         return hidden
 
     def _scan(self, hidden, extras):
+        """One XLA while loop over the layers. The layer is traced (forward and backward,
+        by AOTAutograd) on the first step only: torch_xla's scan cache (`is_fn_pure`) replays
+        the trace while it is given the same function object, which is kept here (the cache
+        holds it weakly, so a fresh bound method would miss every step)."""
         from functorch.compile import default_partition, min_cut_rematerialization_partition
-        from torch_xla.experimental.scan_layers import scan_layers
+        from torch_xla.experimental.scan import scan
 
         partition = min_cut_rematerialization_partition if self.remat_in_scan else default_partition
-        carried = [_CarryExtras(layer) for layer in self]
-        return scan_layers(carried, (hidden, *extras), partition_fn=partition)[0]
+        weights = {name: torch.stack([dict(layer.named_parameters())[name] for layer in self])
+                   for name, _ in self[0].named_parameters()}
+        if self._step_fn is None:
+            self._step_fn = functools.partial(LayerStack._layer_step, self)
+        carry, _ = scan(self._step_fn, (hidden, *extras), weights, partition_fn=partition,
+                        is_fn_pure=True)
+        return carry[0]
 
-
-class _CarryExtras(nn.Module):
-    """scan threads one carry through the layers: pass the extras along unchanged."""
-
-    def __init__(self, layer: nn.Module):
-        super().__init__()
-        self.layer = layer
-
-    def forward(self, hidden, *extras):
-        return (self.layer(hidden, *extras), *extras)
+    def _layer_step(self, carry, weights):
+        """Layer 0's code on one layer's weights; extras ride along in the carry unchanged."""
+        hidden, *extras = carry
+        return (torch.func.functional_call(self[0], weights, (hidden, *extras)), *extras), None
 
 
 def apply_remat(model: nn.Module, config: RematConfig) -> None:

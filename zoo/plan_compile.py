@@ -127,17 +127,16 @@ def _meta_train_step_flops(family, cfg, remat) -> float:
     """FLOPs of the loss's forward and backward on a meta-device model (nothing allocated),
     attention as plain matmuls (FlopCounterMode cannot see inside a flash kernel)."""
     import torch
-    import torch_xla.experimental.scan_layers as scan_module
     from torch.utils.flop_counter import FlopCounterMode
 
     from zoo.core.remat import LayerStack, apply_remat
 
-    def python_scan(layers, carry, **_):
-        for layer in layers:
-            carry = layer(*carry)
-        return carry
+    def python_scan(self, hidden, extras):
+        for layer in self:
+            hidden = layer(hidden, *extras)
+        return hidden
 
-    def forward(self, hidden, *extras):  # the scan path off XLA too
+    def forward(self, hidden, *extras):  # the scan path off XLA too (a family's own _scan)
         return self._scan(hidden, extras) if self.scan else original_forward(self, hidden, *extras)
 
     plain = {"attention": "plain"} if hasattr(cfg.model, "attention") else {}
@@ -146,14 +145,14 @@ def _meta_train_step_flops(family, cfg, remat) -> float:
     apply_remat(model, remat)
     batch = {k: v.to("meta") for k, v in family.task.example_batch(cfg).items()}
     counter = FlopCounterMode(display=False)
-    original_scan, original_forward = scan_module.scan_layers, LayerStack.forward
-    scan_module.scan_layers, LayerStack.forward = python_scan, forward
+    original_scan, original_forward = LayerStack._scan, LayerStack.forward
+    LayerStack._scan, LayerStack.forward = python_scan, forward
     try:
         with counter:
             loss, _ = family.task.loss(model, batch)
             loss.backward()
     finally:
-        scan_module.scan_layers, LayerStack.forward = original_scan, original_forward
+        LayerStack._scan, LayerStack.forward = original_scan, original_forward
     return counter.get_total_flops()
 
 

@@ -164,16 +164,24 @@ class T5BlockStack(LayerStack):
     from the others': under scan it runs on its own (checkpointed when the scanned blocks
     are rematerialised) and only blocks 1..N-1 are scanned."""
 
+    _rest_stack = None
+
     def _scan(self, hidden, extras):
         if self.remat_in_scan:
             hidden = checkpointed(self[0].forward, hidden, *extras)
         else:
             hidden = self[0](hidden, *extras)
-        rest = self[1:]  # a ModuleList slice: a T5BlockStack of the same blocks
-        if len(rest):
-            rest.remat_in_scan = self.remat_in_scan
-            hidden = LayerStack._scan(rest, hidden, extras)
+        if len(self) > 1:
+            hidden = LayerStack._scan(self._rest(), hidden, extras)
         return hidden
+
+    def _rest(self) -> LayerStack:
+        """Blocks 1..N-1, built once: scan's trace cache is keyed by the stack's step."""
+        if self._rest_stack is None:
+            rest = LayerStack(list(self)[1:])
+            rest.remat_in_scan = self.remat_in_scan
+            object.__setattr__(self, "_rest_stack", rest)  # not a submodule: no new names
+        return self._rest_stack
 
 
 class T5Stack(nn.Module):
