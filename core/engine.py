@@ -130,6 +130,8 @@ class Engine:
         self.data = task.data(config, xr.process_index(), xr.process_count())
         self.step = 0
         self.side_compiles = 0
+        self._aux_keys = None
+        self.accumulate_in_loop = True  # grad_accum > 1 as one XLA while loop
         self._stop_requested = False
 
     @classmethod
@@ -141,6 +143,8 @@ class Engine:
         engine.config, engine.model, engine.plan, engine.mesh = config, model, plan, mesh
         engine.task = task
         engine.optimizer, engine.scheduler = optimizer, scheduler
+        # Compile-only devices cannot run gradient_accumulation's input syncs: unroll there.
+        engine.accumulate_in_loop = False
         engine.topology = topology.parse(config.tpu)
         engine.bf16 = config.runs_in_bf16(engine.topology)
         return engine
@@ -157,14 +161,17 @@ class Engine:
 
     def train_step(self, batch: dict) -> dict:
         accum = self.config.grad_accum
-        total, aux_sum = 0.0, {}
-        for micro in _micro_batches(batch, accum):
-            with self.autocast():
-                loss, aux = self.task.loss(self.model, micro)
-            (loss / accum).backward()
-            total = total + loss.detach() / accum
-            for key, value in aux.items():
-                aux_sum[key] = aux_sum.get(key, 0.0) + value.detach() / accum
+        if accum > 1 and self.accumulate_in_loop:
+            total, aux_sum = self._accumulate(batch, accum)
+        else:
+            total, aux_sum = 0.0, {}
+            for micro in _micro_batches(batch, accum):
+                with self.autocast():
+                    loss, aux = self.task.loss(self.model, micro)
+                (loss / accum).backward()
+                total = total + loss.detach() / accum
+                for key, value in aux.items():
+                    aux_sum[key] = aux_sum.get(key, 0.0) + value.detach() / accum
         params = [p for p in self.model.parameters() if p.grad is not None]
         clip = self.config.optim.grad_clip or float("inf")
         grad_norm = torch.nn.utils.clip_grad_norm_(params, clip)
@@ -177,6 +184,30 @@ class Engine:
             **aux_sum,
             **(extra if isinstance(extra, dict) else {}),
         }
+
+    def _accumulate(self, batch: dict, accum: int) -> tuple:
+        """Mean loss and metrics over `accum` micro-batches, gradients summed into `.grad`,
+        in one XLA while loop (torch_xla's gradient_accumulation): the graph and its
+        compile time stay those of one micro-batch whatever `grad_accum` is."""
+        from torch_xla.experimental.gradient_accumulation import gradient_accumulation
+
+        keys = sorted(batch)
+        micro = [_micro_batch_axis(batch[k], accum) for k in keys]
+        if self._aux_keys is None:  # traced lazily once, never run: which metrics the task logs
+            with torch.no_grad():
+                self._aux_keys = sorted(self.task.loss(self.model, _first_micro(batch, accum))[1])
+
+        def one_micro_batch(*tensors):
+            inputs, aux_sums = tensors[:len(keys)], tensors[len(keys):]
+            with self.autocast():
+                loss, aux = self.task.loss(self.model, dict(zip(keys, inputs)))
+            sums = [s + aux[k].detach().float() / accum for s, k in zip(aux_sums, self._aux_keys)]
+            return (loss, *sums) if sums else loss  # torch_xla's convention without carries
+
+        zeros = [torch.zeros((), device=batch[keys[0]].device) for _ in self._aux_keys]
+        result = gradient_accumulation(one_micro_batch, micro, self.model, *zeros)
+        loss, *sums = result if zeros else (result,)
+        return loss, dict(zip(self._aux_keys, sums))
 
     # ---- the loop ----------------------------------------------------------------------
     def fit(self) -> dict:
@@ -305,13 +336,20 @@ def _check_location(url: str) -> None:
                          "gs://bucket/path") from None
 
 
+def _micro_batch_axis(tensor: torch.Tensor, accum: int) -> torch.Tensor:
+    """[rows, ...] -> [accum, rows / accum, ...]: micro-batch i takes rows i, i + accum, ...
+    (strided), so each keeps every device's share of the batch."""
+    return tensor.view(tensor.shape[0] // accum, accum, *tensor.shape[1:]).transpose(0, 1)
+
+
+def _first_micro(batch: dict, accum: int) -> dict:
+    return {k: _micro_batch_axis(v, accum)[0] for k, v in batch.items()}
+
+
 def _micro_batches(batch: dict, accum: int):
-    """Split rows into `accum` strided micro-batches so each keeps every device's share."""
-    if accum == 1:
-        yield batch
-        return
+    """The same strided micro-batches one after another, unrolled into the step graph."""
     for i in range(accum):
-        yield {k: v.view(v.shape[0] // accum, accum, *v.shape[1:])[:, i] for k, v in batch.items()}
+        yield {k: _micro_batch_axis(v, accum)[i] for k, v in batch.items()}
 
 
 class _StepTracker:
