@@ -23,6 +23,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_entry(entry: Entry, steps: int, peer: str | None, profile_dir: str | None) -> dict:
+    if peer == "maxtext":  # JAX in its own environment (benchmarks/maxtext_env.sh)
+        from zoo.benchmarks import maxtext
+
+        return maxtext.measure(entry, steps)
     job = {"entry": dataclasses.asdict(entry), "steps": steps, "peer": peer, "profile": profile_dir}
     proc = subprocess.run(
         [sys.executable, "-m", "zoo.benchmarks.worker", json.dumps(job)],
@@ -73,6 +77,10 @@ def summarize(entry: Entry, impl: str, raw: dict, peak: float | None) -> dict:
         "step_time_median_s": median,
         "step_time_min_s": min(times),
         "step_time_max_s": max(times),
+        # Python tracing the step (torch_xla); None for peers outside torch_xla.
+        "host_time_median_s": (
+            statistics.median(raw["host_times_s"]) if raw.get("host_times_s") else None
+        ),
         "timed_steps": len(times),
         "throughput_unit": raw["throughput_unit"],  # tokens (LMs) or examples
         "items_per_s": items_per_s,
@@ -125,9 +133,11 @@ def run_suite(
 ) -> dict:
     """Every entry (then every peer run), each right after a CPU peak measurement."""
     jobs = [(e, None) for e in entries]
-    # The peer runs without remat: HF has no LayerStack to scan, and its decoder layers take
-    # keyword arguments that torch_xla's (reentrant) checkpoint cannot pass.
-    jobs += [(e, compare) for e in entries if compare and e.remat == "none"]
+    # HF runs without remat: it has no LayerStack to scan, and its decoder layers take
+    # keyword arguments that torch_xla's (reentrant) checkpoint cannot pass. MaxText runs
+    # every entry (it scans when the entry does; it always rematerialises each layer).
+    jobs += [(e, compare) for e in entries
+             if compare == "maxtext" or (compare and e.remat == "none")]
     dtypes = {e.name: peak_dtype(e) for e in entries} if mfu else {}
     peaks, timed = RunPeaks(), []
     for entry, peer in tqdm(jobs, desc="bench", unit="entry"):

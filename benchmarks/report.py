@@ -18,6 +18,7 @@ COLUMNS = (
             f"{r['step_time_median_s']:.3f}/{r['step_time_min_s']:.3f}/{r['step_time_max_s']:.3f}"
         ),
     ),
+    ("host s", lambda r: _seconds(r["host_time_median_s"])),
     ("items/s", lambda r: f"{r['items_per_s']:,.0f} {r['throughput_unit']}"),
     ("items/s/chip", lambda r: f"{r['items_per_s_per_chip']:,.0f}"),
     ("TFLOP/s/chip", lambda r: f"{r['model_tflops_per_s_per_chip']:.4f}"),
@@ -28,6 +29,10 @@ COLUMNS = (
         lambda r: f"{r['peak_memory_bytes'] / 2**30:.2f} GiB" if r["peak_memory_bytes"] else "n/a",
     ),
 )
+
+
+def _seconds(value: float | None) -> str:
+    return f"{value:.3f}" if value is not None else "-"
 
 
 def table(records: list[dict]) -> str:
@@ -43,7 +48,8 @@ def footnote(results: dict) -> str:
         f"{env['host_cpus']} CPUs, commit {env['git_commit']}. MFU = model FLOPs (3 x "
         f"forward matmul FLOPs, causal attention) / (step time x peak); peak: "
         f"{peak_note(results)}. Compiles: during the timed steps (0 = the step compiled once "
-        "and was replayed)."
+        "and was replayed). Host s: median seconds Python spent tracing a step into "
+        "torch_xla's graph (part of the step time; '-' for peers outside torch_xla)."
     )
 
 
