@@ -23,10 +23,6 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_entry(entry: Entry, steps: int, peer: str | None, profile_dir: str | None) -> dict:
-    if peer == "maxtext":  # JAX in its own environment (benchmarks/maxtext_env.sh)
-        from zoo.benchmarks import maxtext
-
-        return maxtext.measure(entry, steps)
     job = {"entry": dataclasses.asdict(entry), "steps": steps, "peer": peer, "profile": profile_dir}
     proc = subprocess.run(
         [sys.executable, "-m", "zoo.benchmarks.worker", json.dumps(job)],
@@ -133,11 +129,9 @@ def run_suite(
 ) -> dict:
     """Every entry (then every peer run), each right after a CPU peak measurement."""
     jobs = [(e, None) for e in entries]
-    # HF runs without remat: it has no LayerStack to scan, and its decoder layers take
-    # keyword arguments that torch_xla's (reentrant) checkpoint cannot pass. MaxText runs
-    # every entry (it scans when the entry does; it always rematerialises each layer).
-    jobs += [(e, compare) for e in entries
-             if compare == "maxtext" or (compare and e.remat == "none")]
+    # The peer runs without remat: HF has no LayerStack to scan, and its decoder layers take
+    # keyword arguments that torch_xla's (reentrant) checkpoint cannot pass.
+    jobs += [(e, compare) for e in entries if compare and e.remat == "none"]
     dtypes = {e.name: peak_dtype(e) for e in entries} if mfu else {}
     peaks, timed = RunPeaks(), []
     for entry, peer in tqdm(jobs, desc="bench", unit="entry"):
