@@ -60,6 +60,7 @@ from zoo.core.checkpoint_manifest import MANIFEST, damage, is_committed, write_m
 from zoo.core.errors import UserError
 from zoo.core.hosts import Hosts
 from zoo.core.hosts import current as current_hosts
+from zoo.core.remat import unstack_weights
 from zoo.core.run_folder import step_dir_name, step_of
 from zoo.core.store import Store
 
@@ -403,7 +404,8 @@ def _remove_checkpoint(folder: Store) -> None:
 
 
 def load_checkpoint(path) -> dict[str, torch.Tensor]:
-    """Full (unsharded) weights by state_dict name, needing no torch_xla.
+    """Full (unsharded) weights by per-layer (Hugging Face) state_dict name, needing no
+    torch_xla: a scanned stack's stacked weights are split into its layers.
 
     `path` (a local path or a URL) is a checkpoint folder (`.../step-N`), a checkpoint
     location, or a run folder whose checkpoints are in `checkpoints/` (the trainer's default);
@@ -411,12 +413,12 @@ def load_checkpoint(path) -> dict[str, torch.Tensor]:
     """
     store = Store(path)
     if _is_checkpoint(store):
-        return _read_weights(store)
+        return unstack_weights(_read_weights(store))
     in_run = store / "checkpoints"
     for folder in (store, in_run):
         steps = complete_steps(folder)
         if steps:
-            return _read_weights(folder / step_dir_name(steps[-1]))
+            return unstack_weights(_read_weights(folder / step_dir_name(steps[-1])))
     raise CheckpointError(
         f"{path} is neither a checkpoint folder (no {WEIGHTS_FILE} or shards) nor a folder "
         f"with complete step-NNNNNNNN checkpoints (directly or in {in_run.name}/)"

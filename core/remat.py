@@ -28,22 +28,64 @@ class RematConfig:
     scan: list[str] = dataclasses.field(default_factory=list)
 
 
+STACKED = "*"  # the child under which a scanned stack keeps its layers' weights stacked
+
+
 class LayerStack(nn.ModuleList):
     """Identical layers applied in sequence: `h = layer(h, *extras)` for each layer.
 
     `extras` (e.g. rotary tables, masks) are the same for every layer. A ModuleList subclass,
-    so parameter names stay `<stack>.<i>.<...>` (Hugging Face compatible).
+    so parameter names stay `<stack>.<i>.<...>` (Hugging Face compatible) until the stack is
+    scanned: then `stack_weights` keeps them as `<stack>.*.<...>`, one [layers, ...] tensor
+    per name, and `unstack_weights` turns a state dict back into per-layer names.
     """
 
     scan: bool = False
     remat_in_scan: bool = False
+    depth: int | None = None  # the number of layers, once their weights are stacked
     _step_fn = None
 
     def forward(self, hidden: torch.Tensor, *extras):
         if self.scan and hidden.device.type == "xla":
             return self._scan(hidden, extras)
-        for layer in self:
-            hidden = layer(hidden, *extras)
+        return self._unrolled(hidden, extras)
+
+    def stack_weights(self) -> None:
+        """Keep each weight of all layers as one [layers, ...] parameter of layer 0's module
+        tree, registered as child `*`. The scan then reads them in place (no stacking copy
+        per step, gradients arrive stacked) and the optimizer updates one tensor per name
+        instead of one per name and layer."""
+        layers = list(self)
+        template = layers[0]
+        for name, param in list(template.named_parameters()):
+            per_layer = [layer.get_parameter(name).detach() for layer in layers]
+            owner, _, leaf = name.rpartition(".")
+            module = template.get_submodule(owner)
+            module._parameters[leaf] = nn.Parameter(torch.stack(per_layer),
+                                                    requires_grad=param.requires_grad)
+        self._modules.clear()
+        self._modules[STACKED] = template
+        self.depth = len(layers)
+
+    def _template(self) -> nn.Module:
+        """The module whose code runs every layer: layer 0, or the stacked tree."""
+        return self._modules[STACKED] if self.depth is not None else self[0]
+
+    def _stacked(self) -> dict[str, torch.Tensor]:
+        if self.depth is not None:
+            return dict(self._template().named_parameters())
+        return {name: torch.stack([layer.get_parameter(name) for layer in self])
+                for name, _ in self[0].named_parameters()}
+
+    def _unrolled(self, hidden, extras):
+        if self.depth is None:
+            for layer in self:
+                hidden = layer(hidden, *extras)
+            return hidden
+        template, weights = self._template(), self._stacked()
+        for i in range(self.depth):
+            layer_weights = {name: value[i] for name, value in weights.items()}
+            hidden = torch.func.functional_call(template, layer_weights, (hidden, *extras))
         return hidden
 
     def _scan(self, hidden, extras):
@@ -55,18 +97,31 @@ class LayerStack(nn.ModuleList):
         from torch_xla.experimental.scan import scan
 
         partition = min_cut_rematerialization_partition if self.remat_in_scan else default_partition
-        weights = {name: torch.stack([dict(layer.named_parameters())[name] for layer in self])
-                   for name, _ in self[0].named_parameters()}
         if self._step_fn is None:
             self._step_fn = functools.partial(LayerStack._layer_step, self)
-        carry, _ = scan(self._step_fn, (hidden, *extras), weights, partition_fn=partition,
-                        is_fn_pure=True)
+        carry, _ = scan(self._step_fn, (hidden, *extras), self._stacked(),
+                        partition_fn=partition, is_fn_pure=True)
         return carry[0]
 
     def _layer_step(self, carry, weights):
-        """Layer 0's code on one layer's weights; extras ride along in the carry unchanged."""
+        """The template's code on one layer's weights; extras ride along in the carry."""
         hidden, *extras = carry
-        return (torch.func.functional_call(self[0], weights, (hidden, *extras)), *extras), None
+        output = torch.func.functional_call(self._template(), weights, (hidden, *extras))
+        return (output, *extras), None
+
+
+def unstack_weights(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A state dict with per-layer (Hugging Face) names: `<stack>.*.<name>` [layers, ...]
+    becomes `<stack>.<i>.<name>` for each layer. Other entries pass unchanged."""
+    out = {}
+    for name, value in state.items():
+        stack, stacked, rest = name.partition(f".{STACKED}.")
+        if not stacked:
+            out[name] = value
+            continue
+        for i, layer_value in enumerate(value.unbind(0)):
+            out[f"{stack}.{i}.{rest}"] = layer_value.clone()
+    return out
 
 
 def apply_remat(model: nn.Module, config: RematConfig) -> None:
@@ -98,6 +153,8 @@ def apply_remat(model: nn.Module, config: RematConfig) -> None:
             stack.remat_in_scan = True
         else:
             module.forward = functools.partial(checkpointed, module.forward)
+    for path in config.scan:
+        modules[path].stack_weights()
 
 
 def checkpointed(forward, *args, **kwargs):

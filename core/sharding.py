@@ -26,6 +26,7 @@ import yaml
 
 from zoo.core.errors import UserError
 from zoo.core.mesh import axis_sizes
+from zoo.core.remat import STACKED
 
 Spec = tuple  # per-dimension: None | axis name | tuple of axis names
 
@@ -173,14 +174,13 @@ def plan_params(model, rules: ShardingRules, mesh_axes: dict[str, int]) -> list[
     plan = []
     for name, param in params.items():
         rule = chosen[name]
+        # A scanned stack's weights are [layers, ...]: the layer dim is never split.
+        spec = (None, *rule.spec) if f".{STACKED}." in name else rule.spec
         shape = tuple(param.shape)
-        check_spec(rule.spec, shape, mesh_axes, f"param '{name}' (rule '{rule.pattern}')")
-        local = shard_shape(shape, rule.spec, mesh_axes)
-        plan.append(
-            ParamPlan(
-                name, rule.pattern, rule.spec, shape, local, math.prod(local) * param.element_size()
-            )
-        )
+        check_spec(spec, shape, mesh_axes, f"param '{name}' (rule '{rule.pattern}')")
+        local = shard_shape(shape, spec, mesh_axes)
+        size = math.prod(local) * param.element_size()
+        plan.append(ParamPlan(name, rule.pattern, spec, shape, local, size))
     return plan
 
 

@@ -131,11 +131,6 @@ def _meta_train_step_flops(family, cfg, remat) -> float:
 
     from zoo.core.remat import LayerStack, apply_remat
 
-    def python_scan(self, hidden, extras):
-        for layer in self:
-            hidden = layer(hidden, *extras)
-        return hidden
-
     def forward(self, hidden, *extras):  # the scan path off XLA too (a family's own _scan)
         return self._scan(hidden, extras) if self.scan else original_forward(self, hidden, *extras)
 
@@ -146,7 +141,7 @@ def _meta_train_step_flops(family, cfg, remat) -> float:
     batch = {k: v.to("meta") for k, v in family.task.example_batch(cfg).items()}
     counter = FlopCounterMode(display=False)
     original_scan, original_forward = LayerStack._scan, LayerStack.forward
-    LayerStack._scan, LayerStack.forward = python_scan, forward
+    LayerStack._scan, LayerStack.forward = LayerStack._unrolled, forward
     try:
         with counter:
             loss, _ = family.task.loss(model, batch)

@@ -50,7 +50,7 @@ def sharded_loss_and_grads(model, loss_fn, inputs: dict, rules, remat, mesh_conf
 
     from zoo.core.inputs import shard_batch
     from zoo.core.mesh import build_mesh
-    from zoo.core.remat import apply_remat
+    from zoo.core.remat import apply_remat, unstack_weights
     from zoo.core.sharding import shard_model
 
     mesh = build_mesh(mesh_config)
@@ -64,7 +64,8 @@ def sharded_loss_and_grads(model, loss_fn, inputs: dict, rules, remat, mesh_conf
     torch_xla.sync()
     return {
         "loss": loss.detach().cpu(),
-        "grads": {n: p.grad.cpu() for n, p in params.items()},
+        # per layer (HF names) even where a scanned stack keeps its weights stacked
+        "grads": unstack_weights({n: p.grad.cpu() for n, p in params.items()}),
         "specs": {n: torch_xla._XLAC._get_xla_sharding_spec(p) for n, p in params.items()},
         "hlo_has_scan": "while" in hlo,  # scan lowers to an XLA while loop
         "hlo_has_remat": "opt-barrier" in hlo,  # torch_xla checkpoint fences its recompute

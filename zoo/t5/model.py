@@ -166,6 +166,10 @@ class T5BlockStack(LayerStack):
 
     _rest_stack = None
 
+    def stack_weights(self) -> None:
+        """Block 0's weights differ from the others' (it holds the bias table): the blocks
+        keep their own weights, stacked at each step for the scan of blocks 1..N-1."""
+
     def _scan(self, hidden, extras):
         if self.remat_in_scan:
             hidden = checkpointed(self[0].forward, hidden, *extras)
