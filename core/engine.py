@@ -195,7 +195,8 @@ class Engine:
         micro = [_micro_batch_axis(batch[k], accum) for k in keys]
         if self._aux_keys is None:  # traced lazily once, never run: which metrics the task logs
             with torch.no_grad():
-                self._aux_keys = sorted(self.task.loss(self.model, _first_micro(batch, accum))[1])
+                first = {k: m[0] for k, m in zip(keys, micro)}
+                self._aux_keys = sorted(self.task.loss(self.model, first)[1])
 
         def one_micro_batch(*tensors):
             inputs, aux_sums = tensors[:len(keys)], tensors[len(keys):]
@@ -342,12 +343,11 @@ def _micro_batch_axis(tensor: torch.Tensor, accum: int) -> torch.Tensor:
     return tensor.view(tensor.shape[0] // accum, accum, *tensor.shape[1:]).transpose(0, 1)
 
 
-def _first_micro(batch: dict, accum: int) -> dict:
-    return {k: _micro_batch_axis(v, accum)[0] for k, v in batch.items()}
-
-
 def _micro_batches(batch: dict, accum: int):
     """The same strided micro-batches one after another, unrolled into the step graph."""
+    if accum == 1:
+        yield batch  # the usual step: no view ops in its graph
+        return
     for i in range(accum):
         yield {k: _micro_batch_axis(v, accum)[i] for k, v in batch.items()}
 
