@@ -14,6 +14,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from zoo.benchmarks import maxtext
 from zoo.benchmarks.calibration import RunPeaks, peak_dtype
 from zoo.benchmarks.suite import Entry
 from zoo.core import topology
@@ -23,6 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_entry(entry: Entry, steps: int, peer: str | None, profile_dir: str | None) -> dict:
+    if peer == "maxtext":  # its own trainer in its own environment
+        return maxtext.measure(entry, steps)
     job = {"entry": dataclasses.asdict(entry), "steps": steps, "peer": peer, "profile": profile_dir}
     proc = subprocess.run(
         [sys.executable, "-m", "zoo.benchmarks.worker", json.dumps(job)],
@@ -128,10 +131,7 @@ def run_suite(
     entries: list[Entry], steps: int, compare: str | None, mfu: bool, profile_dir: str | None
 ) -> dict:
     """Every entry (then every peer run), each right after a CPU peak measurement."""
-    jobs = [(e, None) for e in entries]
-    # The peer runs without remat: HF has no LayerStack to scan, and its decoder layers take
-    # keyword arguments that torch_xla's (reentrant) checkpoint cannot pass.
-    jobs += [(e, compare) for e in entries if compare and e.remat == "none"]
+    jobs = [(e, None) for e in entries] + [(e, compare) for e in entries if runs_peer(e, compare)]
     dtypes = {e.name: peak_dtype(e) for e in entries} if mfu else {}
     peaks, timed = RunPeaks(), []
     for entry, peer in tqdm(jobs, desc="bench", unit="entry"):
@@ -155,6 +155,19 @@ def run_suite(
         "reference_entry": records[0]["name"],
         "records": records,
     }
+
+
+def runs_peer(entry: Entry, peer: str | None) -> bool:
+    """HF runs entries without remat: it has no LayerStack to scan, and its decoder layers
+    take keyword arguments that torch_xla's (reentrant) checkpoint cannot pass. MaxText runs
+    the llama entries it can shard (scanned or not; it always rematerialises)."""
+    if peer == "hf":
+        return entry.remat == "none"
+    if peer == "maxtext":
+        if reason := maxtext.unsupported(entry):
+            tqdm.write(f"{entry.name}: no MaxText run ({reason})")
+        return reason is None
+    return False
 
 
 def relate_to_reference(records: list[dict], reference: dict) -> None:

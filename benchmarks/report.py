@@ -50,7 +50,16 @@ def footnote(results: dict) -> str:
         f"{peak_note(results)}. Compiles: during the timed steps (0 = the step compiled once "
         "and was replayed). Host s: median seconds Python spent tracing a step into "
         "torch_xla's graph (part of the step time; '-' for peers outside torch_xla)."
+        + (MAXTEXT_NOTE if any(r["impl"] == "maxtext" for r in results["records"]) else "")
     )
+
+
+MAXTEXT_NOTE = (
+    " MaxText: its own trainer in its own JAX (benchmarks/maxtext_env.sh), remat_policy=full "
+    "(its default: every layer recomputed) unless the entry sets one; step s is its logged "
+    "per-step time (async dispatch), compile s its jit(train_step) compile; FLOPs are the "
+    "zoo's formula for the same shapes."
+)
 
 
 def peak_note(results: dict) -> str:

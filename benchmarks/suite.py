@@ -22,6 +22,8 @@ class Entry:
     global_batch_size: int = 8
     seq_len: int | None = None  # LM entries; other families set their shapes in overrides
     overrides: list[str] = dataclasses.field(default_factory=list)
+    # Extra MaxText config keys for `--compare maxtext` (e.g. remat_policy=minimal).
+    maxtext: list[str] = dataclasses.field(default_factory=list)
 
     def train_overrides(self) -> list[str]:
         """The `zoo train` config for this entry, on synthetic data."""

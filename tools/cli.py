@@ -221,9 +221,10 @@ def new_model(name, parent):
 @click.option("--out", default="runs/bench", show_default=True, help="Results folder.")
 @click.option(
     "--compare",
-    type=click.Choice(["hf"]),
-    help="Also run the same config through "
-    "transformers' implementation and report the step-time ratio.",
+    type=click.Choice(["hf", "maxtext"]),
+    help="Also run the same config through transformers' implementation (hf) or MaxText's "
+    "trainer (maxtext: llama entries; its environment is built on first use) and report "
+    "the step-time ratio.",
 )
 @click.option(
     "--baseline",
