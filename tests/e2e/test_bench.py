@@ -133,3 +133,18 @@ def test_plan_counts_parameters_from_the_sharding_plan():
     # 8.03e9 fp32 parameters split over 64 fsdp shards
     assert plan.terms["parameters (fp32)"] == pytest.approx(8.03e9 * 4 / 64, rel=0.01)
     assert plan.terms["optimizer state (adamw)"] == 2 * plan.terms["parameters (fp32)"]
+
+
+@pytest.mark.slow  # builds MaxText's own environment on first use (minutes, the registry)
+def test_compare_maxtext_runs_the_same_entry_through_maxtext(tmp_path):
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(SUITE)
+    result = zoo("bench", "--suite", str(suite), "--steps", "3", "--compare", "maxtext",
+                 "--out", str(tmp_path / "out"), timeout=1800)
+    assert result.returncode == 0, result.stderr[-2000:]
+    records = json.loads((tmp_path / "out" / "results.json").read_text())["records"]
+    assert [(r["name"], r["impl"]) for r in records] == [("micro", "zoo"), ("micro", "maxtext")]
+    peer = records[1]
+    assert peer["devices"] == 2 and peer["timed_steps"] == 3 and peer["compile_s"] > 0
+    assert peer["items_per_s"] > 0 and peer["host_time_median_s"] is None
+    assert "micro: step time zoo / maxtext = " in result.stdout
