@@ -16,6 +16,8 @@ class DecoderShape:
     head_dim: int | None = None  # default: hidden // heads
     intermediate: int | None = None  # MLP width; default 4 x hidden
     gated_mlp: bool = True  # SwiGLU-style (3 matrices) or plain (2)
+    experts_per_token: int = 1  # MLPs each token runs through (a mixture of experts: its k)
+    router_experts: int = 0  # a mixture of experts' router width (hidden x experts); 0: none
 
     @property
     def kv(self) -> int:

@@ -19,7 +19,8 @@ def decoder_lm_forward_flops_per_token(shape: DecoderShape, seq_len: int,
     """Forward matmul FLOPs per token of a decoder LM (2 FLOPs per multiply-add)."""
     s, head_dim = shape, shape.dim_per_head
     attn_proj = s.hidden * head_dim * (2 * s.heads + 2 * s.kv)  # q, o and k, v projections
-    mlp = s.hidden * s.mlp_width * (3 if s.gated_mlp else 2)
+    mlp = s.hidden * s.mlp_width * (3 if s.gated_mlp else 2) * s.experts_per_token
+    mlp += s.hidden * s.router_experts
     weights = s.layers * (attn_proj + mlp) + s.hidden * s.vocab  # + LM head
     attention = s.layers * 2 * seq_len * s.heads * head_dim  # scores and values
     if causal:

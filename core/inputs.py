@@ -1,11 +1,20 @@
 """Getting batches onto the mesh: each host loads only its share, the batch dim is split
-over the data-parallel axes (data x fsdp), every other dim is replicated."""
+over the data-parallel axes (data x fsdp x expert), every other dim is replicated."""
 
 from __future__ import annotations
 
+import math
+
 from zoo.core.errors import UserError
 
-BATCH_AXES = ("data", "fsdp")
+# The expert axis splits the batch too: outside a mixture of experts it is data parallel,
+# and inside one the partitioner moves tokens between it and the experts (all-to-all).
+BATCH_AXES = ("data", "fsdp", "expert")
+
+
+def batch_devices(axis_sizes: dict[str, int]) -> int:
+    """How many ways the batch is split on a mesh of these axis sizes."""
+    return math.prod(axis_sizes[axis] for axis in BATCH_AXES)
 
 
 def host_batch_size(global_batch_size: int, process_count: int) -> int:

@@ -34,7 +34,9 @@ STACKED = "*"  # the child under which a scanned stack keeps its layers' weights
 class LayerStack(nn.ModuleList):
     """Identical layers applied in sequence: `h = layer(h, *extras)` for each layer.
 
-    `extras` (e.g. rotary tables, masks) are the same for every layer. A ModuleList subclass,
+    `extras` (e.g. rotary tables, masks) are the same for every layer. A layer may also
+    return per-layer outputs, `(h, *outputs)` (e.g. a router's statistics): the stack then
+    returns `(h, *outputs stacked over layers)`, scanned or not. A ModuleList subclass,
     so parameter names stay `<stack>.<i>.<...>` (Hugging Face compatible) until the stack is
     scanned: then `stack_weights` keeps them as `<stack>.*.<...>`, one [layers, ...] tensor
     per name, and `unstack_weights` turns a state dict back into per-layer names.
@@ -79,14 +81,18 @@ class LayerStack(nn.ModuleList):
 
     def _unrolled(self, hidden, extras):
         if self.depth is None:
-            for layer in self:
-                hidden = layer(hidden, *extras)
+            calls = list(self)
+        else:
+            template, weights = self._template(), self._stacked()
+            calls = [functools.partial(_call_with, template, {n: v[i] for n, v in weights.items()})
+                     for i in range(self.depth)]
+        per_layer = []
+        for call in calls:
+            hidden, *outputs = _as_tuple(call(hidden, *extras))
+            per_layer.append(outputs)
+        if not per_layer[0]:
             return hidden
-        template, weights = self._template(), self._stacked()
-        for i in range(self.depth):
-            layer_weights = {name: value[i] for name, value in weights.items()}
-            hidden = torch.func.functional_call(template, layer_weights, (hidden, *extras))
-        return hidden
+        return (hidden, *(torch.stack(values) for values in zip(*per_layer, strict=True)))
 
     def _scan(self, hidden, extras):
         """One XLA while loop over the layers. The layer is traced (forward and backward,
@@ -99,15 +105,24 @@ class LayerStack(nn.ModuleList):
         partition = min_cut_rematerialization_partition if self.remat_in_scan else default_partition
         if self._step_fn is None:
             self._step_fn = functools.partial(LayerStack._layer_step, self)
-        carry, _ = scan(self._step_fn, (hidden, *extras), self._stacked(),
-                        partition_fn=partition, is_fn_pure=True)
-        return carry[0]
+        carry, outputs = scan(self._step_fn, (hidden, *extras), self._stacked(),
+                              partition_fn=partition, is_fn_pure=True)
+        return (carry[0], *outputs) if outputs is not None else carry[0]
 
     def _layer_step(self, carry, weights):
-        """The template's code on one layer's weights; extras ride along in the carry."""
+        """The template's code on one layer's weights; extras ride along in the carry, and
+        per-layer outputs leave as the scan's stacked ys."""
         hidden, *extras = carry
-        output = torch.func.functional_call(self._template(), weights, (hidden, *extras))
-        return (output, *extras), None
+        output, *outputs = _as_tuple(_call_with(self._template(), weights, hidden, *extras))
+        return (output, *extras), (tuple(outputs) if outputs else None)
+
+
+def _call_with(module, weights, *args):
+    return torch.func.functional_call(module, weights, args)
+
+
+def _as_tuple(output) -> tuple:
+    return output if isinstance(output, tuple) else (output,)
 
 
 def unstack_weights(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -91,14 +91,19 @@ def doctor(overrides):
 
 @cli.command()
 def models():
-    """List every registered model and size with its parameter count."""
+    """List every registered model and size with its parameter count (and, for a mixture of
+    experts, the parameters each token is active in)."""
     from zoo.registry import FAMILIES, family, parameter_count
 
     for fam_name in FAMILIES:
         fam = family(fam_name)
         for size in fam.sizes:
             count = parameter_count(fam, size)
-            click.echo(f"{fam_name}-{size:10} {count / 1e6:>10,.1f} M parameters")
+            line = f"{fam_name}-{size:10} {count / 1e6:>10,.1f} M parameters"
+            if fam.active_parameters:
+                active = fam.active_parameters(fam.sizes[size], count)
+                line += f", {active / 1e6:,.1f} M active per token"
+            click.echo(line)
 
 
 @cli.command(context_settings={"ignore_unknown_options": True})

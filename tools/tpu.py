@@ -15,9 +15,10 @@ from zoo.tools import remote
 from zoo.tools.gcloud import Gcloud, Node, create, delete, scp, ssh
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-# Never shipped to the workers: history, the local install, and anything a run produced.
-SYNC_EXCLUDES = {".git", ".venv", "runs", "checkpoints", "data", "wandb", remote.RUN_DIR,
-                 "__pycache__", ".pytest_cache", ".ruff_cache"}
+# Never shipped to the workers: history, the local installs (zoo's, MaxText's for `zoo bench
+# --compare maxtext`), and anything a run produced.
+SYNC_EXCLUDES = {".git", ".venv", ".venv-maxtext", "runs", "checkpoints", "data", "wandb",
+                 remote.RUN_DIR, "__pycache__", ".pytest_cache", ".ruff_cache"}
 
 
 def repo_files(root: Path = REPO_ROOT) -> list[Path]:

@@ -49,10 +49,11 @@ def default_global_batch(cfg) -> int:
     """The config's default batch (a CPU-sized 8 or 32), raised to one example per
     data-parallel device on a slice with more: a smaller batch leaves XLA padding every
     device's share, compute spent on nothing (and a slow, odd SPMD program)."""
+    from zoo.core.inputs import batch_devices
     from zoo.core.mesh import resolve_axis_sizes
 
     sizes = resolve_axis_sizes(cfg.mesh, topology.parse(cfg.tpu).devices)
-    return max(cfg.global_batch_size, sizes["data"] * sizes["fsdp"])
+    return max(cfg.global_batch_size, batch_devices(sizes))
 
 
 def select_runtime(slice_type: str) -> topology.Topology:

@@ -11,7 +11,7 @@ from zoo.core import config as config_lib
 from zoo.core import runtime, topology
 from zoo.core.errors import UserError
 from zoo.core.flops import train_flops
-from zoo.core.inputs import host_batch_size
+from zoo.core.inputs import batch_devices, host_batch_size
 from zoo.core.mesh import resolve_axis_sizes
 
 OPTIMIZER_STATES = {"adamw": 2, "sgd": 1}  # fp32 tensors per parameter
@@ -75,9 +75,8 @@ def make_plan(model_name: str, slice_type: str, overrides: list[str], target_mfu
         model = family.build(cfg.model, init=False)
     param_bytes = sum(p.shard_bytes for p in plan_params(model, rules, mesh))
     states = OPTIMIZER_STATES.get(cfg.optim.name, 2)
-    batch_devices = mesh["data"] * mesh["fsdp"]
     micro_batch = cfg.global_batch_size // cfg.grad_accum
-    per_device = -(-micro_batch // batch_devices)  # XLA pads a batch smaller than the mesh
+    per_device = -(-micro_batch // batch_devices(mesh))  # XLA pads a batch smaller than the mesh
     bf16 = cfg.runs_in_bf16(topo)
     activations = family.activation_bytes(
         cfg,

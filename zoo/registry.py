@@ -75,6 +75,9 @@ class ModelFamily:
     # (model config, topology) -> model config with the choices that depend on the hardware
     # made, once, when a run is built (llama: attention=auto -> flash on a TPU)
     for_slice: Callable | None = None
+    # (model config, total parameters) -> parameters one token runs through (a mixture of
+    # experts: the router and k experts per layer); None: all of them
+    active_parameters: Callable | None = None
 
     def build(self, config, init: bool = True, seed: int = 0):
         """The model for `config`, weights initialised from `seed` (or left as allocated:

@@ -98,12 +98,14 @@ def causal_attention(q, k, v):
 
 def flash_attention(q, k, v):
     """torch_xla's Pallas flash attention (TPU only), sharded like the activations:
-    batch over (data, fsdp), heads over tensor, when an SPMD mesh is set."""
+    batch over the batch axes, heads over tensor, when an SPMD mesh is set."""
     import torch_xla.distributed.spmd as xs
     from torch_xla.experimental.custom_kernel import flash_attention as pallas_flash
 
+    from zoo.core.inputs import BATCH_AXES
+
     mesh = xs.get_global_mesh()
-    spec = (("data", "fsdp"), "tensor", None, None) if mesh is not None else None
+    spec = (BATCH_AXES, "tensor", None, None) if mesh is not None else None
     scale = 1.0 / math.sqrt(q.shape[-1])
     return pallas_flash(q, k, v, causal=True, sm_scale=scale, partition_spec=spec, mesh=mesh)
 
