@@ -36,11 +36,11 @@ def preset_names(fam) -> list[str]:
 
 
 def mesh_for(rules: ShardingRules, devices: int) -> MeshConfig:
-    """fsdp over everything, or fsdp x tensor=2 when the preset uses the tensor axis."""
-    uses_tensor = any(
-        "tensor" in str(rule.spec) for rule in (*rules.params, *rules.activations)
-    )
-    return MeshConfig(tensor=2) if uses_tensor and devices > 1 else MeshConfig()
+    """fsdp over everything, or fsdp x 2 along the other axis (tensor, expert) the preset
+    uses."""
+    specs = " ".join(str(rule.spec) for rule in (*rules.params, *rules.activations))
+    used = [axis for axis in ("tensor", "expert") if axis in specs]
+    return MeshConfig(**{used[0]: 2}) if used and devices > 1 else MeshConfig()
 
 
 def presets_forward_backward(name: str) -> dict:

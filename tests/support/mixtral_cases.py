@@ -1,0 +1,43 @@
+"""The mixtral configurations and batch that tests/multidevice/test_mixtral_presets.py and
+tests/support/preset_worker.py share: parity with transformers (which never drops a token)
+for both dispatches with room for every token, and the presets on a capacity config that
+does drop tokens (one group per sequence, so what is dropped does not depend on devices)."""
+
+import dataclasses
+
+import torch
+
+from zoo.core.mesh import MeshConfig
+from zoo.mixtral.config import MixtralConfig
+from zoo.mixtral.family import FAMILY  # noqa: F401 (the worker reads it)
+from zoo.tasks.causal_lm import causal_lm_loss
+
+VOCAB = 256
+SMALL = MixtralConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=48,
+                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                      num_local_experts=4, num_experts_per_tok=2, router_aux_loss_coef=0.02)
+PARITY_CONFIGS = {
+    # capacity_factor = experts / k: an expert can take every token of a sequence
+    "capacity": dataclasses.replace(SMALL, capacity_factor=2.0),
+    "dense": dataclasses.replace(SMALL, dispatch="dense"),
+    "top1_tied": dataclasses.replace(SMALL, num_experts_per_tok=1, tie_word_embeddings=True,
+                                     capacity_factor=4.0),
+}
+CONFIG = dataclasses.replace(SMALL, capacity_factor=1.0)  # drops some assignments
+MESHES = {"fsdp": MeshConfig(), "fsdp_expert": MeshConfig(expert=2)}
+REMATS = ["none", "checkpoint", "scan", "scan_checkpoint"]
+
+
+def batch():
+    ids = torch.randint(0, VOCAB, (8, 32), generator=torch.Generator().manual_seed(1))
+    labels = ids.clone()
+    labels[0, :5] = -100  # masked positions must not count
+    return {"input_ids": ids, "labels": labels}
+
+
+def forward(model, b):
+    """transformers' Mixtral training loss (next-token + weighted load-balancing loss) and
+    the logits."""
+    logits, router = model.forward_with_router(b["input_ids"])
+    aux = model.config.router_aux_loss_coef * router.aux_loss
+    return causal_lm_loss(logits, b["labels"]) + aux, logits

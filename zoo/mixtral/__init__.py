@@ -1,0 +1,1 @@
+"""Mixtral-style sparse mixture-of-experts decoder (Hugging Face MixtralForCausalLM names)."""

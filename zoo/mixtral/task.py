@@ -1,0 +1,22 @@
+"""Causal language modelling for a mixture of experts: the next-token loss plus the
+router's load-balancing loss (weighted by `router_aux_loss_coef`, as transformers trains
+Mixtral), with the router's balance and dropped-token fraction logged every step."""
+
+from __future__ import annotations
+
+from zoo.tasks.causal_lm import CausalLM, causal_lm_loss
+
+
+class MoECausalLM(CausalLM):
+    name = "moe-causal-lm"
+
+    def loss(self, model, batch):
+        logits, router = model.forward_with_router(batch["input_ids"])
+        lm_loss = causal_lm_loss(logits, batch["labels"])
+        loss = lm_loss + model.config.router_aux_loss_coef * router.aux_loss
+        return loss, {"lm_loss": lm_loss.detach(), "router_aux_loss": router.aux_loss.detach(),
+                      "expert_balance": router.balance.detach(),
+                      "dropped_fraction": router.dropped_fraction.detach()}
+
+
+MOE_CAUSAL_LM = MoECausalLM()
