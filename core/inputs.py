@@ -1,5 +1,6 @@
 """Getting batches onto the mesh: each host loads only its share, the batch dim is split
-over the data-parallel axes (data x fsdp x expert), every other dim is replicated."""
+over the data-parallel axes (data x fsdp x expert), a sequence dim over `sequence`, every
+other dim is replicated."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ from zoo.core.errors import UserError
 # The expert axis splits the batch too: outside a mixture of experts it is data parallel,
 # and inside one the partitioner moves tokens between it and the experts (all-to-all).
 BATCH_AXES = ("data", "fsdp", "expert")
+
+
+SEQUENCE_AXIS = "sequence"
 
 
 def batch_devices(axis_sizes: dict[str, int]) -> int:
@@ -27,24 +31,35 @@ def host_batch_size(global_batch_size: int, process_count: int) -> int:
     return global_batch_size // process_count
 
 
-def batch_spec(ndim: int, batch_axes: tuple[str, ...] = BATCH_AXES) -> tuple:
-    return (batch_axes,) + (None,) * (ndim - 1)
+def batch_spec(shape, mesh_axes: dict[str, int]) -> tuple:
+    """The batch dim over the batch axes. A [batch, sequence] tensor (tokens, masks, labels)
+    also has its sequence split over the `sequence` axis when that axis has more than one
+    device (context parallelism): each device then receives its slice of every sequence.
+    The mesh's other size-1 axes join the batch dim there, because torch_xla 2.9's input
+    sharding fails on a 2-D split that leaves mesh axes unused (IndexError)."""
+    if len(shape) == 2 and shape[1] > 1 and mesh_axes.get(SEQUENCE_AXIS, 1) > 1:
+        spare = tuple(a for a, n in mesh_axes.items()
+                      if n == 1 and a not in BATCH_AXES and a != SEQUENCE_AXIS)
+        return (BATCH_AXES + spare, SEQUENCE_AXIS)
+    return (BATCH_AXES,) + (None,) * (len(shape) - 1)
 
 
-def batch_shardings(mesh, example: dict, batch_axes: tuple[str, ...] = BATCH_AXES) -> dict:
+def batch_shardings(mesh, example: dict) -> dict:
     """Per-key `ShardingSpec`s for `MpDeviceLoader(input_sharding=...)`."""
     import torch_xla.distributed.spmd as xs
     import torch_xla.runtime as xr
 
+    from zoo.core.mesh import axis_sizes
+
     return {
         key: xs.ShardingSpec(
-            mesh, batch_spec(value.dim(), batch_axes), minibatch=xr.process_count() > 1
+            mesh, batch_spec(value.shape, axis_sizes(mesh)), minibatch=xr.process_count() > 1
         )
         for key, value in example.items()
     }
 
 
-def device_loader(loader, mesh, example: dict, batch_axes: tuple[str, ...] = BATCH_AXES):
+def device_loader(loader, mesh, example: dict):
     """Wrap a host data loader so its batches arrive on the XLA device already sharded.
 
     torch_xla 2.9 cannot send 1-D tensors with an input sharding (IndexError in
@@ -57,20 +72,22 @@ def device_loader(loader, mesh, example: dict, batch_axes: tuple[str, ...] = BAT
     columns = ({k: v[:, None] if k in vectors else v for k, v in b.items()} for b in loader)
     example = {k: v[:, None] if k in vectors else v for k, v in example.items()}
     sharded = pl.MpDeviceLoader(
-        columns, torch_xla.device(), input_sharding=batch_shardings(mesh, example, batch_axes)
+        columns, torch_xla.device(), input_sharding=batch_shardings(mesh, example)
     )
     for batch in sharded:
         yield {k: v[:, 0] if k in vectors else v for k, v in batch.items()}
 
 
-def shard_batch(batch: dict, mesh, batch_axes: tuple[str, ...] = BATCH_AXES) -> dict:
-    """Move a (single-host) batch of tensors to the device and shard its batch dimension."""
+def shard_batch(batch: dict, mesh) -> dict:
+    """Move a (single-host) batch of tensors to the device, split as the loader splits it."""
     import torch_xla
     import torch_xla.distributed.spmd as xs
+
+    from zoo.core.mesh import axis_sizes
 
     out = {}
     for key, value in batch.items():
         value = value.to(torch_xla.device())
-        xs.mark_sharding(value, mesh, batch_spec(value.dim(), batch_axes))
+        xs.mark_sharding(value, mesh, batch_spec(value.shape, axis_sizes(mesh)))
         out[key] = value
     return out

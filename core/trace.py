@@ -105,9 +105,10 @@ def placeholder_optimizer_state(optimizer: torch.optim.Optimizer, holders: Place
                 state[key] = holders.make(value.shape, value.dtype, specs[id(p)] if same else None)
 
 
-def placeholder_batch(batch: dict, batch_spec, holders: Placeholders) -> dict:
-    """A host batch's shapes and dtypes as placeholders, batch dim split as the loader does."""
-    return {k: holders.make(v.shape, v.dtype, batch_spec(v.dim())) for k, v in batch.items()}
+def placeholder_batch(batch: dict, spec_of, holders: Placeholders) -> dict:
+    """A host batch's shapes and dtypes as placeholders, split as the loader splits them
+    (`spec_of(shape)`)."""
+    return {k: holders.make(v.shape, v.dtype, spec_of(v.shape)) for k, v in batch.items()}
 
 
 def state_tensors(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:

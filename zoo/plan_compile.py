@@ -6,6 +6,7 @@ placeholders instead of tensors, then compiled by libtpu for the slice's topolog
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import sys
 import time
@@ -85,7 +86,8 @@ def _trace(family, cfg, topo) -> tuple:
     scheduler = build_schedule(cfg.schedule, optimizer, cfg.steps)
     placeholder_optimizer_state(optimizer, holders)
     engine = Engine.for_tracing(cfg, model, family.task, plan, mesh, optimizer, scheduler)
-    batch = placeholder_batch(family.task.example_batch(cfg), batch_spec, holders)
+    batch = placeholder_batch(family.task.example_batch(cfg),
+                              functools.partial(batch_spec, mesh_axes=axis_sizes(mesh)), holders)
     updated = state_tensors(model, optimizer)
     sources = tensor_ids(updated)
     with follow_hoisted_placeholders(holders):

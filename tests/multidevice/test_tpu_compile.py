@@ -2,10 +2,11 @@
 real slices, on this CPU-only machine: each fits, its FLOPs per chip agree with the
 analytic count, and the collectives its sharding implies are in the program.
 
-Default suite: every sharding and every remat preset of every family on v5p-8 (4 chips),
-one preset per family on v6e-8 (8 chips) and v4-32 (16 chips on 4 hosts), and a plan that
-cannot fit (llama-70b replicated on v4-8). The full family x sharding x remat x slice
-matrix is `slow`."""
+Default suite: every sharding and every remat preset of every dense family on v5p-8 (4
+chips), one preset per family on v6e-8 (8 chips) and v4-32 (16 chips on 4 hosts), mixtral
+with and without expert parallelism and llama with context parallelism on v5p-8, and a
+plan that cannot fit (llama-70b replicated on v4-8). The full family x sharding x remat x
+slice matrix is `slow`."""
 
 import json
 import re
@@ -36,6 +37,17 @@ BAD_PLAN = ["llama-70b", ["mesh.data=4", "mesh.fsdp=1", "remat=scan"]]  # replic
 # eager attention under tensor parallelism (llama's default on a TPU is flash; T5's is eager)
 EAGER_TENSOR = ["llama-tiny", ["sharding=fsdp_tensor", "remat=none", "mesh.tensor=2",
                                "model.attention=plain"]]
+
+
+# a mixture of experts: FSDP (every expert on every chip), and experts over the expert axis
+MIXTRAL = [["mixtral-tiny", ["sharding=fsdp", "remat=none"]],
+           ["mixtral-tiny", ["sharding=fsdp_expert", "remat=none", "mesh.expert=2"]],
+           ["mixtral-tiny", ["sharding=fsdp_expert", "remat=scan", "mesh.expert=2"]]]
+
+# context parallelism at a long sequence (plain attention: each chip holds its scores)
+CONTEXT = [["llama-tiny", [f"sharding={sharding}", "remat=none", "seq_len=4096",
+                           "model.attention=plain", *extra]]
+           for sharding, extra in (("fsdp", []), ("fsdp_context", ["mesh.sequence=2"]))]
 
 
 def case(family: str, sharding: str, remat: str) -> list:
@@ -110,7 +122,8 @@ def default_records(tmp_path_factory):
             ("v5p-8", [case(FAMILIES[2], s, r) for s, r in DEFAULT_PRESETS]),
             ("v6e-8", [case(f, "fsdp", "none") for f in FAMILIES]),
             ("v4-32", [case(f, "fsdp", "none") for f in FAMILIES]),
-            ("v4-8", [BAD_PLAN])]
+            ("v4-8", [BAD_PLAN]),
+            ("v5p-8", MIXTRAL + CONTEXT)]
     return compile_cases(jobs, tmp_path_factory.mktemp("compile"))
 
 
@@ -131,6 +144,36 @@ def test_every_preset_compiles_and_fits_on_v5p_8(default_records, family):
                 arguments[record["case"][1][0]], rel=0.05), record["case"]
 
 
+def test_mixtral_experts_travel_by_all_to_all_under_expert_parallelism(default_records):
+    """Tokens go to the chips that hold their experts and come back (all-to-all); under
+    FSDP every chip holds every expert, so no token moves. Both fit, FLOPs as counted."""
+    records = {r["case"][1][0] + " " + r["case"][1][1]: r for r in default_records["v5p-8"]
+               if r["case"] in MIXTRAL}
+    assert len(records) == len(MIXTRAL)
+    for name, record in records.items():
+        assert record["fits"], name
+        check_flops(record)
+        moves_tokens = "all-to-all" in record["collectives"]
+        expected = name.startswith("sharding=fsdp_expert")
+        assert moves_tokens == expected, (name, record["collectives"])
+    assert records["sharding=fsdp_expert remat=scan"]["flops_per_chip"]["loop_trips"]
+
+
+def test_context_parallelism_splits_the_sequence_and_its_memory(default_records):
+    """At 4096 tokens, splitting every sequence over sequence=2 (with fsdp=2) needs well
+    under the HBM of fsdp=4 with whole sequences: attention scores and activations are split;
+    keys and values are gathered (all-gather), and the FLOPs are those of the same model."""
+    fsdp, context = (next(r for r in default_records["v5p-8"] if r["case"] == c)
+                     for c in CONTEXT)
+    assert fsdp["fits"] and context["fits"]
+    assert context["mesh"]["sequence"] == 2 and context["mesh"]["fsdp"] == 2
+    for record in (fsdp, context):
+        check_flops(record)
+    used = [record["hbm_per_chip"]["compiled"]["total"] for record in (fsdp, context)]
+    assert used[1] < 0.6 * used[0], used
+    assert "all-gather" in context["collectives"]
+
+
 def test_eager_attention_is_split_over_the_tensor_axis(default_records):
     """Written with `@`, 4-D attention merges batch and heads and libtpu gathered the
     tensor-split heads first (1.11x the FLOPs); einsum keeps them apart."""
@@ -143,7 +186,7 @@ def test_eager_attention_is_split_over_the_tensor_axis(default_records):
 def test_one_preset_per_family_on_each_slice(default_records, slice_type):
     topo = parse(slice_type)
     records = [r for r in default_records[slice_type] if "sharding=fsdp" in r["case"][1]
-               and "remat=none" in r["case"][1]]
+               and "remat=none" in r["case"][1] and r["case"] not in MIXTRAL + CONTEXT]
     assert len(records) == len(FAMILIES)
     for record in records:
         check_preset(record, None)

@@ -36,10 +36,10 @@ def preset_names(fam) -> list[str]:
 
 
 def mesh_for(rules: ShardingRules, devices: int) -> MeshConfig:
-    """fsdp over everything, or fsdp x 2 along the other axis (tensor, expert) the preset
-    uses."""
+    """fsdp over everything, or fsdp x 2 along the other axis (tensor, expert, sequence)
+    the preset uses."""
     specs = " ".join(str(rule.spec) for rule in (*rules.params, *rules.activations))
-    used = [axis for axis in ("tensor", "expert") if axis in specs]
+    used = [axis for axis in ("tensor", "expert", "sequence") if axis in specs]
     return MeshConfig(**{used[0]: 2}) if used and devices > 1 else MeshConfig()
 
 

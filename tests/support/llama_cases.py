@@ -25,7 +25,8 @@ PARITY_CONFIGS = {
     ),
 }
 CONFIG = PARITY_CONFIGS["gqa"]
-MESHES = {"fsdp": MeshConfig(), "fsdp_tensor": MeshConfig(tensor=2)}
+MESHES = {"fsdp": MeshConfig(), "fsdp_tensor": MeshConfig(tensor=2),
+          "fsdp_context": MeshConfig(sequence=2)}
 REMATS = ["none", "checkpoint", "scan", "scan_checkpoint"]
 
 

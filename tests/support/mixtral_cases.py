@@ -24,7 +24,8 @@ PARITY_CONFIGS = {
                                      capacity_factor=4.0),
 }
 CONFIG = dataclasses.replace(SMALL, capacity_factor=1.0)  # drops some assignments
-MESHES = {"fsdp": MeshConfig(), "fsdp_expert": MeshConfig(expert=2)}
+MESHES = {"fsdp": MeshConfig(), "fsdp_expert": MeshConfig(expert=2),
+          "fsdp_context": MeshConfig(sequence=2)}
 REMATS = ["none", "checkpoint", "scan", "scan_checkpoint"]
 
 
