@@ -1,6 +1,7 @@
 """Mixtral end to end with expert parallelism (`sharding=fsdp_expert mesh.expert=2` on 4
 devices): `zoo train` learns with one compile and logs the router, resumes after SIGKILL
-with identical losses, and its export loads in transformers with our logits."""
+with identical losses, its export loads in transformers with our logits, and `zoo eval` on
+XLA scores as lm-eval's transformers backend does."""
 
 import json
 
@@ -51,3 +52,15 @@ def test_export_loads_in_transformers_with_our_logits(trained, tmp_path):
     ids = torch.randint(0, config.vocab_size, (2, 64), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         torch.testing.assert_close(ours(ids), theirs(input_ids=ids).logits, rtol=1e-4, atol=1e-5)
+
+
+def test_eval_on_xla_matches_lm_evals_hf_backend(trained, tmp_path):
+    scores = {}
+    for device in ("cpu", "xla"):
+        result = zoo("eval", str(trained), "--tasks", "arc_easy_sample", "--limit", "4",
+                     "--device", device, "--out", str(tmp_path / device))
+        assert result.returncode == 0, result.stderr[-2000:]
+        scores[device] = json.loads((tmp_path / device / "eval_results.json").read_text())
+    theirs, ours = (scores[d]["loglikelihoods"]["arc_easy_sample"] for d in ("cpu", "xla"))
+    # fp32 on both; our MoE evaluates dropless, as transformers' does
+    torch.testing.assert_close(torch.tensor(ours), torch.tensor(theirs), rtol=0, atol=1e-3)
