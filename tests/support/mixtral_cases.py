@@ -5,14 +5,12 @@ does drop tokens (one group per sequence, so what is dropped does not depend on 
 
 import dataclasses
 
-import torch
-
+from tests.support.llama_cases import VOCAB, batch  # noqa: F401 (the worker reads batch)
 from zoo.core.mesh import MeshConfig
 from zoo.mixtral.config import MixtralConfig
 from zoo.mixtral.family import FAMILY  # noqa: F401 (the worker reads it)
 from zoo.tasks.causal_lm import causal_lm_loss
 
-VOCAB = 256
 SMALL = MixtralConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=48,
                       num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                       num_local_experts=4, num_experts_per_tok=2, router_aux_loss_coef=0.02)
@@ -27,13 +25,6 @@ CONFIG = dataclasses.replace(SMALL, capacity_factor=1.0)  # drops some assignmen
 MESHES = {"fsdp": MeshConfig(), "fsdp_expert": MeshConfig(expert=2),
           "fsdp_context": MeshConfig(sequence=2)}
 REMATS = ["none", "checkpoint", "scan", "scan_checkpoint"]
-
-
-def batch():
-    ids = torch.randint(0, VOCAB, (8, 32), generator=torch.Generator().manual_seed(1))
-    labels = ids.clone()
-    labels[0, :5] = -100  # masked positions must not count
-    return {"input_ids": ids, "labels": labels}
 
 
 def forward(model, b):

@@ -135,36 +135,44 @@ class LlamaDecoderLayer(nn.Module):
 
 
 class LlamaModel(nn.Module):
-    def __init__(self, config: LlamaConfig):
+    """Embeddings, the decoder layers (`layer_cls`, e.g. a mixture-of-experts layer) and the
+    final norm."""
+
+    def __init__(self, config: LlamaConfig, layer_cls: type[nn.Module] = LlamaDecoderLayer):
         super().__init__()
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.layers = LayerStack(
-            [LlamaDecoderLayer(config) for _ in range(config.num_hidden_layers)]
-        )
+        self.layers = LayerStack([layer_cls(config) for _ in range(config.num_hidden_layers)])
         self.norm = LlamaRMSNorm(config.hidden_size, config.rms_norm_eps)
         self.register_buffer("inv_freq", rope_inverse_frequencies(config), persistent=False)
 
     def forward(self, input_ids):
         hidden = self.embed_tokens(input_ids)
+        return self.norm(self.layers(hidden, *self.rotary_tables(input_ids, hidden.dtype)))
+
+    def rotary_tables(self, input_ids, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin of every position's rotary angles, [seq, head_dim]."""
         positions = torch.arange(input_ids.shape[1], device=input_ids.device, dtype=torch.float)
         freqs = positions[:, None] * self.inv_freq[None, :]
         angles = torch.cat((freqs, freqs), dim=-1)
-        cos, sin = angles.cos().to(hidden.dtype), angles.sin().to(hidden.dtype)
-        return self.norm(self.layers(hidden, cos, sin))
+        return angles.cos().to(dtype), angles.sin().to(dtype)
 
 
 class LlamaForCausalLM(nn.Module):
     """Decoder + LM head; `forward(input_ids) -> logits`, `loss(logits, labels)` HF-style."""
 
+    model_cls = LlamaModel
+
     def __init__(self, config: LlamaConfig):
         super().__init__()
         self.config = config
-        self.model = LlamaModel(config)
+        self.model = self.model_cls(config)
         if not config.tie_word_embeddings:
             self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
 
     def forward(self, input_ids):
-        hidden = self.model(input_ids)
+        return self.logits(self.model(input_ids))
+
+    def logits(self, hidden):
         if self.config.tie_word_embeddings:
             return hidden @ self.model.embed_tokens.weight.t()
         return self.lm_head(hidden)
