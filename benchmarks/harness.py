@@ -16,6 +16,7 @@ from tqdm import tqdm
 
 from zoo.benchmarks import maxtext
 from zoo.benchmarks.calibration import RunPeaks, peak_dtype
+from zoo.benchmarks.peers import PEERS, PEERS_MISSING
 from zoo.benchmarks.suite import Entry
 from zoo.core import topology
 from zoo.core.errors import UserError
@@ -162,7 +163,10 @@ def runs_peer(entry: Entry, peer: str | None) -> bool:
     take keyword arguments that torch_xla's (reentrant) checkpoint cannot pass. MaxText runs
     the llama entries it can shard (scanned or not; it always rematerialises)."""
     if peer == "hf":
-        return entry.remat == "none"
+        family = entry.model.split("-")[0]
+        if family not in PEERS["hf"]:
+            tqdm.write(f"{entry.name}: no HF run ({PEERS_MISSING.get(family, 'no peer')})")
+        return entry.remat == "none" and family in PEERS["hf"]
     if peer == "maxtext":
         if reason := maxtext.unsupported(entry):
             tqdm.write(f"{entry.name}: no MaxText run ({reason})")

@@ -55,3 +55,8 @@ def hf_vit(config, seed: int = 0):
 
 
 PEERS = {"hf": {"llama": hf_llama, "t5": hf_t5, "vit": hf_vit}}
+# Families without an HF peer, and why.
+PEERS_MISSING = {
+    "mixtral": "transformers' Mixtral picks each expert's tokens with data-dependent shapes "
+    "(nonzero), which XLA cannot compile once and replay",
+}

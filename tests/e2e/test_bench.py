@@ -96,7 +96,7 @@ def test_ratio_is_zoo_over_peer():
 
 
 def test_unknown_suite_lists_the_suites():
-    with pytest.raises(UserError, match="no benchmark suite 'nope'; suites: default"):
+    with pytest.raises(UserError, match="no benchmark suite 'nope'; suites: context, default,"):
         load_suite("nope")
 
 
@@ -148,3 +148,14 @@ def test_compare_maxtext_runs_the_same_entry_through_maxtext(tmp_path):
     assert peer["devices"] == 2 and peer["timed_steps"] == 3 and peer["compile_s"] > 0
     assert peer["items_per_s"] > 0 and peer["host_time_median_s"] is None
     assert "micro: step time zoo / maxtext = " in result.stdout
+
+
+def test_peers_run_only_what_they_can():
+    from zoo.benchmarks.harness import runs_peer
+    from zoo.benchmarks.suite import Entry
+
+    assert runs_peer(Entry(name="l", model="llama-tiny"), "hf")
+    assert not runs_peer(Entry(name="l", model="llama-tiny", remat="scan"), "hf")
+    assert not runs_peer(Entry(name="m", model="mixtral-tiny"), "hf")  # no HF peer
+    assert runs_peer(Entry(name="l", model="llama-tiny", remat="scan"), "maxtext")
+    assert not runs_peer(Entry(name="t", model="t5-tiny"), "maxtext")
