@@ -11,9 +11,7 @@ from zoo.core.errors import UserError
 # The expert axis splits the batch too: outside a mixture of experts it is data parallel,
 # and inside one the partitioner moves tokens between it and the experts (all-to-all).
 BATCH_AXES = ("data", "fsdp", "expert")
-
-
-SEQUENCE_AXIS = "sequence"
+SEQUENCE_AXIS = "sequence"  # splits a [batch, sequence] input's sequence (context parallel)
 
 
 def batch_devices(axis_sizes: dict[str, int]) -> int:

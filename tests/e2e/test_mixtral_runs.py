@@ -26,7 +26,7 @@ def test_expert_parallel_run_learns_with_one_compile_and_logs_the_router(trained
     assert records[-1]["loss"] < records[0]["loss"] - 0.5
     assert records[-1]["compiles"] == 1
     for record in records:
-        assert record["expert_balance"] >= 1.0
+        assert 1.0 <= record["expert_balance"] <= 4  # busiest share / mean, 4 experts
         assert 0.0 <= record["dropped_fraction"] < 1.0
         assert record["loss"] > record["lm_loss"]  # + the weighted load-balancing loss
 
