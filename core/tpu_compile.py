@@ -254,6 +254,7 @@ _KERNEL_COST = re.compile(r'"cost_estimate":\{"flops":"(\d+)"')
 FLOAT_TYPES = ("bf16", "f16", "f32", "f64", "f8")
 _LESS_THAN = re.compile(r"compare\(%([\w.\-]+), %([\w.\-]+)\), direction=LT")
 _BODY = re.compile(r"body=%?([\w.\-]+)")
+_CHANNEL = re.compile(r"channel_id=(\d+)")
 
 
 def count_collectives(hlo_text: str) -> dict:
@@ -261,8 +262,12 @@ def count_collectives(hlo_text: str) -> dict:
     Bytes are those of the full buffers (all-gather output, reduce-scatter input), summed
     over the tuple of a combined collective. Async pairs count once (at their `-done`);
     the TPU compiler's `all-reduce-scatter` fusions are reduce-scatters; an op inside a
-    loop body counts once per trip, so a scanned and an unrolled stack compare."""
+    loop body counts once per trip, so a scanned and an unrolled stack compare.
+    One collective is counted once however many computations hold a copy of it: libtpu's
+    async collective fusions repeat it in their start, update and done fusions under one
+    channel id (counting each copy tripled the all-gather bytes of an FSDP step)."""
     totals = {kind: {"count": 0, "bytes": 0} for kind in COLLECTIVES}
+    channels = set()
     for computation, line, times in _walk(hlo_text):
         match = _INSTRUCTION.match(line)
         if match:
@@ -270,9 +275,14 @@ def count_collectives(hlo_text: str) -> dict:
             kind = op.removesuffix("-done")
             if kind == "all-reduce" and computation.startswith("all-reduce-scatter"):
                 kind = "reduce-scatter"  # TPU fuses all-reduce + slice into one
-            if kind in COLLECTIVES and not op.endswith("-start"):
-                totals[kind]["count"] += times
-                totals[kind]["bytes"] += times * _array_bytes(shape)
+            if kind not in COLLECTIVES or op.endswith("-start"):
+                continue
+            channel = _CHANNEL.search(line)
+            if channel and channel.group(1) in channels:
+                continue
+            channels.update(channel.groups() if channel else ())
+            totals[kind]["count"] += times
+            totals[kind]["bytes"] += times * _array_bytes(shape)
     return {kind: value for kind, value in totals.items() if value["count"]}
 
 

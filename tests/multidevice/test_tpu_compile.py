@@ -266,6 +266,23 @@ ENTRY""")
     assert found["all-reduce"] == {"count": 1, "bytes": 4 * 4 + 8 * 8 * 2}
 
 
+def test_collectives_count_once_across_libtpu_async_collective_fusion_copies():
+    """libtpu splits an async collective into start, update and done fusions, each holding a
+    copy of the all-gather under the collective's one channel id: it is one all-gather."""
+    copy = ("  %ag.N = bf16[64,8]{1,0} all-gather(%p.N), channel_id=19, replica_groups={{0,1,2,3}}, "
+            "dimensions={0}\n  ROOT %r.N = bf16[64,8]{1,0} copy(%ag.N)\n")
+    hlo = "HloModule m\n\n" + "".join(
+        f"%{name} (p.{i}: bf16[16,8]) -> bf16[64,8] {{\n{copy.replace('N', str(i))}}}\n\n"
+        for i, name in enumerate(("start", "update", "done"))) + """ENTRY %main (x: bf16[16,8]) -> bf16[64,8] {
+  %x = bf16[16,8]{1,0} parameter(0)
+  %s = bf16[64,8]{1,0} fusion(%x), kind=kCustom, calls=%start
+  %u = bf16[64,8]{1,0} fusion(%s), kind=kOutput, calls=%update
+  ROOT %d = bf16[64,8]{1,0} fusion(%u), kind=kCustom, calls=%done
+}
+"""  # noqa: E501
+    assert count_collectives(hlo) == {"all-gather": {"count": 1, "bytes": 64 * 8 * 2}}
+
+
 def test_matmul_flops_count_dots_valid_convolution_windows_kernels_and_loop_trips():
     """Dots by their contracting dims; a convolution by its valid window positions only
     (the compiler writes batched dots as padded, dilated convolutions); a Pallas kernel by
