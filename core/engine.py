@@ -9,7 +9,6 @@ read in a step closure after the graph ran.
 from __future__ import annotations
 
 import collections
-import contextlib
 import dataclasses
 import functools
 import signal
@@ -32,6 +31,7 @@ from zoo.core.optim import (
     build_schedule,
     create_state,
 )
+from zoo.core.precision import compute_in
 from zoo.core.profile import ProfileConfig, StepProfiler
 from zoo.core.remat import RematConfig, apply_remat
 from zoo.core.run_folder import RunFolder
@@ -305,10 +305,9 @@ class Engine:
             self.checkpointer.wait()
 
     def autocast(self):
-        """bf16 autocast when the run is bf16 (the step and any evaluation pass)."""
-        if not self.bf16:
-            return contextlib.nullcontext()
-        return torch.autocast("xla", dtype=torch.bfloat16)
+        """The run's precision for the step and any evaluation pass: bf16 runs compute
+        with bf16 copies of the fp32 weights (core/precision.py)."""
+        return compute_in(self.model, torch.bfloat16 if self.bf16 else torch.float32)
 
     def _peak_flops(self) -> tuple[float, str]:
         """Peak FLOP/s of the whole runtime, and how it was obtained."""

@@ -26,6 +26,16 @@ class RematConfig:
     checkpoint: list[str] = dataclasses.field(default_factory=list)
     # Module names of LayerStacks to run with torch_xla's scan (compile one layer once).
     scan: list[str] = dataclasses.field(default_factory=list)
+    # What a checkpointed layer of a scanned stack keeps for its backward (MaxText's names):
+    # `full`: its inputs only, everything recomputed (what an unrolled checkpointed layer
+    # always does); `minimal`: also the output of every weight matmul, so only attention
+    # and elementwise work is recomputed.
+    policy: str = "full"
+
+    def __post_init__(self):
+        if self.policy not in SCAN_POLICIES:
+            raise RematError(f"remat policy '{self.policy}' is not one of "
+                             f"{', '.join(SCAN_POLICIES)}")
 
 
 STACKED = "*"  # the child under which a scanned stack keeps its layers' weights stacked
@@ -43,7 +53,7 @@ class LayerStack(nn.ModuleList):
     """
 
     scan: bool = False
-    remat_in_scan: bool = False
+    scan_policy: str | None = None  # remat policy inside the scan; None: keep everything
     depth: int | None = None  # the number of layers, once their weights are stacked
     _step_fn = None
 
@@ -76,8 +86,10 @@ class LayerStack(nn.ModuleList):
     def _stacked(self) -> dict[str, torch.Tensor]:
         if self.depth is not None:
             return dict(self._template().named_parameters())
-        return {name: torch.stack([layer.get_parameter(name) for layer in self])
-                for name, _ in self[0].named_parameters()}
+        # named_parameters, not get_parameter: within core/precision.py's `compute_in`
+        # the entries are the compute-dtype copies, which are not Parameters
+        layers = [dict(layer.named_parameters()) for layer in self]
+        return {name: torch.stack([weights[name] for weights in layers]) for name in layers[0]}
 
     def _unrolled(self, hidden, extras):
         if self.depth is None:
@@ -99,10 +111,10 @@ class LayerStack(nn.ModuleList):
         by AOTAutograd) on the first step only: torch_xla's scan cache (`is_fn_pure`) replays
         the trace while it is given the same function object, which is kept here (the cache
         holds it weakly, so a fresh bound method would miss every step)."""
-        from functorch.compile import default_partition, min_cut_rematerialization_partition
+        from functorch.compile import default_partition
         from torch_xla.experimental.scan import scan
 
-        partition = min_cut_rematerialization_partition if self.remat_in_scan else default_partition
+        partition = SCAN_POLICIES[self.scan_policy] if self.scan_policy else default_partition
         if self._step_fn is None:
             self._step_fn = functools.partial(LayerStack._layer_step, self)
         carry, outputs = scan(self._step_fn, (hidden, *extras), self._stacked(),
@@ -115,6 +127,45 @@ class LayerStack(nn.ModuleList):
         hidden, *extras = carry
         output, *outputs = _as_tuple(_call_with(self._template(), weights, hidden, *extras))
         return (output, *extras), (tuple(outputs) if outputs else None)
+
+
+def _partition_saving(keep):
+    """A scan partition function (AOTAutograd joint graph -> forward, backward) that saves
+    the layer's inputs and the forward nodes `keep(node)` selects; the backward recomputes
+    every other forward value it needs from those. Inputs that are the layer's weights
+    cost nothing: torch_xla's scan reads them from the stacked weights, not a saved copy."""
+
+    def partition(joint_module, _joint_inputs, *, num_fwd_outputs, **_):
+        from torch._functorch.partitioners import (
+            _extract_fwd_bwd_modules,
+            _is_primal,
+            _is_tangent,
+        )
+
+        backward = set()
+        for node in joint_module.graph.nodes:
+            if _is_tangent(node) or any(arg in backward for arg in node.all_input_nodes):
+                backward.add(node)
+        saved = [node for node in joint_module.graph.nodes
+                 if _is_primal(node) or (node.op == "call_function" and node not in backward
+                                         and keep(node))]
+        return _extract_fwd_bwd_modules(joint_module, saved, saved_sym_nodes=[],
+                                        num_fwd_outputs=num_fwd_outputs)
+
+    return partition
+
+
+def _weight_matmul(op) -> bool:
+    """A 2-D matmul: a linear layer's product over flattened tokens (attention's batched
+    products are `bmm`)."""
+    return op in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default)
+
+
+# Policy name -> the scan partition function that keeps what the policy names.
+SCAN_POLICIES = {
+    "full": _partition_saving(lambda node: False),
+    "minimal": _partition_saving(lambda node: _weight_matmul(node.target)),
+}
 
 
 def _call_with(module, weights, *args):
@@ -165,7 +216,7 @@ def apply_remat(model: nn.Module, config: RematConfig) -> None:
         if id(module) in scanned:
             # Inside scan the layer is traced once; remat is chosen by the scan partitioner.
             stack = modules[path.rsplit(".", 1)[0]]
-            stack.remat_in_scan = True
+            stack.scan_policy = config.policy
         else:
             module.forward = functools.partial(checkpointed, module.forward)
     for path in config.scan:

@@ -5,6 +5,7 @@ placeholders instead of tensors, then compiled by libtpu for the slice's topolog
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import os
@@ -113,10 +114,9 @@ def executed_flops_per_step(family, cfg, remat, flash: bool) -> float:
     """Matmul FLOPs of the whole step as it executes: forward and backward counted by
     FlopCounterMode on the meta device with the run's remat preset applied, so every
     checkpointed call runs its forward again in backward; scanned stacks run as their Python
-    loop (inside scan, remat is the min-cut partition, which keeps matmul outputs: nothing
-    recomputed). Attention counts dense, as eager attention computes it and as the flash
-    kernels declare their cost; flash's backward also recomputes the scores: 7 attention
-    matmuls where eager's backward has 4."""
+    loop, recomputing what their remat policy does not keep. Attention counts dense, as
+    eager attention computes it and as the flash kernels declare their cost; flash's
+    backward also recomputes the scores: 7 attention matmuls where eager's backward has 4."""
     if not flash:
         return _meta_train_step_flops(family, cfg, remat)
     forward = family.forward_flops(cfg, causal=False)
@@ -127,7 +127,8 @@ def executed_flops_per_step(family, cfg, remat, flash: bool) -> float:
 
 def _meta_train_step_flops(family, cfg, remat) -> float:
     """FLOPs of the loss's forward and backward on a meta-device model (nothing allocated),
-    attention as plain matmuls (FlopCounterMode cannot see inside a flash kernel)."""
+    attention as plain matmuls (FlopCounterMode cannot see inside a flash kernel). The
+    step runs twice and the second run is counted: the first traces the scanned layers."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
@@ -143,14 +144,43 @@ def _meta_train_step_flops(family, cfg, remat) -> float:
     batch = {k: v.to("meta") for k, v in family.task.example_batch(cfg).items()}
     counter = FlopCounterMode(display=False)
     original_scan, original_forward = LayerStack._scan, LayerStack.forward
-    LayerStack._scan, LayerStack.forward = LayerStack._unrolled, forward
+    LayerStack._scan, LayerStack.forward = _partitioned_layers, forward
     try:
-        with counter:
-            loss, _ = family.task.loss(model, batch)
-            loss.backward()
+        for context in (contextlib.nullcontext(), counter):
+            with context:
+                loss, _ = family.task.loss(model, batch)
+                loss.backward()
     finally:
         LayerStack._scan, LayerStack.forward = original_scan, original_forward
     return counter.get_total_flops()
+
+
+def _partitioned_layers(stack, hidden, extras):
+    """A scanned stack run eagerly, layer by layer, through the same AOTAutograd
+    partition torch_xla's scan compiles (its remat policy's, or keep-everything): backward
+    recomputes what the scan's backward recomputes, and nothing it leaves out."""
+    import torch
+    from functorch.compile import aot_function, default_partition, make_boxed_func
+
+    from zoo.core.remat import SCAN_POLICIES, LayerStack
+
+    step = stack.__dict__.get("_counted_step")
+    if step is None:
+        def keep(graph, _inputs):  # the graph's code, not the module: FlopCounterMode hooks
+            return make_boxed_func(graph.forward)  # module calls, which fail inside autograd
+
+        partition = SCAN_POLICIES[stack.scan_policy] if stack.scan_policy else default_partition
+        step = aot_function(functools.partial(LayerStack._layer_step, stack), fw_compiler=keep,
+                            bw_compiler=keep, partition_fn=partition)
+        stack.__dict__["_counted_step"] = step
+    weights = stack._stacked()
+    carry, per_layer = (hidden, *extras), []
+    for i in range(len(next(iter(weights.values())))):
+        carry, outputs = step(carry, {name: w[i] for name, w in weights.items()})
+        per_layer.append(outputs)
+    if per_layer[0] is None:
+        return carry[0]
+    return (carry[0], *(torch.stack(values) for values in zip(*per_layer, strict=True)))
 
 
 @dataclasses.dataclass

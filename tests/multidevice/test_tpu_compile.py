@@ -269,8 +269,9 @@ ENTRY""")
 def test_collectives_count_once_across_libtpu_async_collective_fusion_copies():
     """libtpu splits an async collective into start, update and done fusions, each holding a
     copy of the all-gather under the collective's one channel id: it is one all-gather."""
-    copy = ("  %ag.N = bf16[64,8]{1,0} all-gather(%p.N), channel_id=19, replica_groups={{0,1,2,3}}, "
-            "dimensions={0}\n  ROOT %r.N = bf16[64,8]{1,0} copy(%ag.N)\n")
+    copy = ("  %ag.N = bf16[64,8]{1,0} all-gather(%p.N), channel_id=19, "
+            "replica_groups={{0,1,2,3}}, dimensions={0}\n"
+            "  ROOT %r.N = bf16[64,8]{1,0} copy(%ag.N)\n")
     hlo = "HloModule m\n\n" + "".join(
         f"%{name} (p.{i}: bf16[16,8]) -> bf16[64,8] {{\n{copy.replace('N', str(i))}}}\n\n"
         for i, name in enumerate(("start", "update", "done"))) + """ENTRY %main (x: bf16[16,8]) -> bf16[64,8] {

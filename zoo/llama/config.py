@@ -35,6 +35,10 @@ class LlamaConfig:
     # "auto": Pallas flash attention on TPU, plain softmax attention elsewhere, decided when
     # the run is built (family.for_slice); a model built from "auto" directly runs plain.
     attention: str = "auto"
+    # Positions per sequence whose logits the training loss holds at once: a longer
+    # sequence's loss runs in chunks, each recomputed in backward, so the fp32 logits over
+    # the vocabulary are never held whole (llama-8b, 2 x 8192 tokens: 8 GiB). 0: never chunk.
+    loss_chunk_tokens: int = 0
     bos_token_id: int | None = None
     eos_token_id: int | None = None
     pad_token_id: int | None = None
@@ -45,6 +49,8 @@ class LlamaConfig:
                 f"model.num_attention_heads ({self.num_attention_heads}) must be a multiple of "
                 f"model.num_key_value_heads ({self.num_key_value_heads})"
             )
+        if self.loss_chunk_tokens < 0:
+            raise ValueError(f"model.loss_chunk_tokens must be >= 0, not {self.loss_chunk_tokens}")
         if self.attention not in ("auto", "plain", "flash"):
             raise ValueError(f"model.attention must be auto, plain or flash, not {self.attention}")
 

@@ -170,7 +170,16 @@ class LlamaForCausalLM(nn.Module):
             self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
 
     def forward(self, input_ids):
-        return self.logits(self.model(input_ids))
+        return self.logits(self.hidden_states(input_ids))
+
+    @property
+    def loss_chunk_tokens(self) -> int:
+        return self.config.loss_chunk_tokens
+
+    def hidden_states(self, input_ids):
+        """The final normed hidden states, [batch, seq, hidden]: the loss may apply the LM
+        head to them a chunk at a time."""
+        return self.model(input_ids)
 
     def logits(self, hidden):
         if self.config.tie_word_embeddings:

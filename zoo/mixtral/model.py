@@ -1,7 +1,8 @@
 """A Mixtral-style decoder: Llama's attention, norms and rotary embeddings (zoo/llama) with
 the MLP replaced by a routed mixture of experts (moe.py). Parameter names equal
 transformers' `MixtralForCausalLM`. `forward(input_ids) -> logits` like every decoder here;
-`forward_with_router` also returns what the training loss and the logs need from routing.
+`forward_with_router` (and `hidden_states_with_router`, before the LM head) also returns
+what the training loss and the logs need from routing.
 """
 
 from __future__ import annotations
@@ -62,13 +63,20 @@ class MixtralForCausalLM(LlamaForCausalLM):
         return self.forward_with_router(input_ids)[0]
 
     def forward_with_router(self, input_ids) -> tuple[torch.Tensor, RouterStats]:
+        hidden, router = self.hidden_states_with_router(input_ids)
+        return self.logits(hidden), router
+
+    def hidden_states(self, input_ids):
+        return self.hidden_states_with_router(input_ids)[0]
+
+    def hidden_states_with_router(self, input_ids) -> tuple[torch.Tensor, RouterStats]:
         hidden, stats = self.model(input_ids)
         experts = self.config.num_local_experts
         tokens_per_expert, router_probs, kept = stats.split((experts, experts, 1), dim=-1)
         tokens = input_ids.numel()
         load = tokens_per_expert.sum(0)
         assignments = tokens * self.config.num_experts_per_tok * tokens_per_expert.shape[0]
-        return self.logits(hidden), RouterStats(
+        return hidden, RouterStats(
             aux_loss=load_balancing_loss(tokens_per_expert, router_probs, tokens),
             balance=load.max() / load.mean(),
             dropped_fraction=1 - kept.sum() / assignments,

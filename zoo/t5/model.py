@@ -171,7 +171,7 @@ class T5BlockStack(LayerStack):
         keep their own weights, stacked at each step for the scan of blocks 1..N-1."""
 
     def _scan(self, hidden, extras):
-        if self.remat_in_scan:
+        if self.scan_policy:
             hidden = checkpointed(self[0].forward, hidden, *extras)
         else:
             hidden = self[0](hidden, *extras)
@@ -183,7 +183,7 @@ class T5BlockStack(LayerStack):
         """Blocks 1..N-1, built once: scan's trace cache is keyed by the stack's step."""
         if self._rest_stack is None:
             rest = LayerStack(list(self)[1:])
-            rest.remat_in_scan = self.remat_in_scan
+            rest.scan_policy = self.scan_policy
             object.__setattr__(self, "_rest_stack", rest)  # not a submodule: no new names
         return self._rest_stack
 

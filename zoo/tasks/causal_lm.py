@@ -42,6 +42,53 @@ def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     )
 
 
+def loss_chunks(seq_len: int, chunk_tokens: int) -> int:
+    """How many chunks the loss of a sequence runs in: the fewest that divide it into
+    chunks of at most `chunk_tokens` positions (1: not chunked)."""
+    if not chunk_tokens or seq_len <= chunk_tokens:
+        return 1
+    return next(n for n in range(-(-seq_len // chunk_tokens), seq_len + 1) if seq_len % n == 0)
+
+
+def chunked_causal_lm_loss(hidden: torch.Tensor, head, labels: torch.Tensor,
+                           chunks: int) -> torch.Tensor:
+    """`causal_lm_loss(head(hidden), labels)` computed `chunks` slices of the sequence at a
+    time, each slice's logits recomputed in backward (checkpointed), so only one slice's
+    logits are ever held. Slices are strided (positions i, i + chunks, ...), so under
+    context parallelism every device holds its share of each."""
+    from zoo.core.remat import checkpointed
+
+    ignored = torch.full_like(labels[:, :1], -100)
+    targets = torch.cat((labels[:, 1:], ignored), dim=1)  # position t predicts token t + 1
+
+    def summed_loss(hidden_slice, target_slice):
+        logits = head(hidden_slice).flatten(0, 1).float()
+        return F.cross_entropy(logits, target_slice.flatten(), ignore_index=-100, reduction="sum")
+
+    strided_hidden = hidden.unflatten(1, (-1, chunks))
+    strided_targets = targets.unflatten(1, (-1, chunks))
+    total = sum(checkpointed(summed_loss, strided_hidden[:, :, i], strided_targets[:, :, i])
+                for i in range(chunks))
+    return total / (targets != -100).sum()
+
+
+def next_token_loss(model, input_ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The training loss. A model that splits its forward into `hidden_states(input_ids)`
+    and `logits(hidden)` gets it by `loss_from_hidden`; any other from `model(input_ids)`."""
+    if not hasattr(model, "hidden_states"):
+        return causal_lm_loss(model(input_ids), labels)
+    return loss_from_hidden(model, model.hidden_states(input_ids), labels)
+
+
+def loss_from_hidden(model, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The loss from final hidden states, in chunks of at most `model.loss_chunk_tokens`
+    positions per sequence when the sequence is longer."""
+    chunks = loss_chunks(hidden.shape[1], model.loss_chunk_tokens)
+    if chunks == 1:
+        return causal_lm_loss(model.logits(hidden), labels)
+    return chunked_causal_lm_loss(hidden, model.logits, labels, chunks)
+
+
 def with_token_ids(config, tokenizer, names: tuple[str, ...]):
     """A copy of the run config whose model carries the tokenizer's special-token ids."""
     ids = {name: getattr(tokenizer, name) for name in names}
@@ -81,7 +128,7 @@ class CausalLM(Task):
                             held_out=config.eval_rows if config.eval_every else 0)
 
     def loss(self, model, batch):
-        return causal_lm_loss(model(batch["input_ids"]), batch["labels"]), {}
+        return next_token_loss(model, batch["input_ids"], batch["labels"]), {}
 
     def items_per_step(self, config: LMTrainConfig) -> int:
         return config.global_batch_size * config.seq_len
