@@ -161,7 +161,7 @@ def run_suite(
 def runs_peer(entry: Entry, peer: str | None) -> bool:
     """HF runs entries without remat: it has no LayerStack to scan, and its decoder layers
     take keyword arguments that torch_xla's (reentrant) checkpoint cannot pass. MaxText runs
-    the llama entries it can shard (scanned or not; it always rematerialises)."""
+    the entries whose settings it has a counterpart of (benchmarks/maxtext_keys.py)."""
     if peer == "hf":
         family = entry.model.split("-")[0]
         if family not in PEERS["hf"]:

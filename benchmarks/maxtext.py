@@ -1,6 +1,7 @@
-"""MaxText as a peer on the same compiler: run a llama entry's shapes through MaxText's own
-trainer (JAX, synthetic data, fp32 or bf16 as the zoo run) on the same XLA devices, and
-return its timings in the worker's record format so the harness reports both side by side.
+"""MaxText as a peer on the same compiler: run a llama or mixtral entry's settings
+(benchmarks/maxtext_keys.py) through MaxText's own trainer (JAX, synthetic data) on the
+same XLA devices, and return its timings in the worker's record format so the harness
+reports both side by side.
 
 MaxText lives in its own environment (benchmarks/maxtext_env.sh builds it on first use):
 it needs Python >= 3.12 and a JAX of its own. Model FLOPs and parameters are the zoo's
@@ -15,6 +16,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from zoo.benchmarks.maxtext_keys import maxtext_keys
 from zoo.benchmarks.suite import Entry
 from zoo.core import topology
 from zoo.core.errors import UserError
@@ -23,18 +25,17 @@ ENV_SCRIPT = Path(__file__).resolve().parent / "maxtext_env.sh"
 WARMUP_STEPS = 2  # as the zoo worker: the step compiles, then replays
 STEP_LINE = re.compile(r"completed step: (\d+), seconds: ([0-9.]+)")
 COMPILE_LINE = re.compile(r"Finished XLA compilation of jit\(train_step\) in ([0-9.]+) sec")
-# MaxText's knob per zoo sharding preset: the devices go on this mesh axis.
-PARALLELISM = {"fsdp": "ici_fsdp_parallelism"}
-# MaxText's own default remat policy (base.yml): every decoder layer is recomputed.
-DEFAULT_REMAT_POLICY = "full"
 
 
 def unsupported(entry: Entry) -> str | None:
-    """Why MaxText cannot run this entry's shapes, or None when it can."""
-    if not entry.model.startswith("llama-"):
-        return "the MaxText peer runs llama entries only"
-    if entry.sharding not in PARALLELISM:
-        return f"the MaxText peer maps sharding {', '.join(PARALLELISM)} only"
+    """Why MaxText cannot run this entry's settings, or None when it can."""
+    from zoo.compose import load_run_config
+
+    family, cfg = load_run_config(entry.model, entry.train_overrides())
+    try:
+        maxtext_keys(family.name, cfg, topology.parse(cfg.tpu))
+    except UserError as error:
+        return str(error)
     return None
 
 
@@ -51,39 +52,30 @@ def python() -> str:
     return proc.stdout.strip().splitlines()[-1]
 
 
-def maxtext_args(entry: Entry, cfg, devices: int, bf16: bool, steps: int, out: str) -> list[str]:
-    """MaxText config keys for the zoo entry's model, batch, devices and remat."""
-    model = cfg.model
-    if cfg.global_batch_size % devices:
-        raise UserError(f"{entry.name}: global_batch_size {cfg.global_batch_size} does not "
-                        f"split over {devices} devices for MaxText's per-device batch")
+def base_yml(interpreter: str) -> Path:
+    """MaxText's base config in the environment of `interpreter`."""
+    lib = Path(interpreter).parents[1] / "lib"
+    found = next(lib.glob("python3.*/site-packages/maxtext/configs/base.yml"), None)
+    if found is None:
+        raise UserError(f"no maxtext/configs/base.yml under {lib}; rebuild the environment "
+                        f"(delete {lib.parent} and rerun)")
+    return found
+
+
+def maxtext_args(entry: Entry, family_name: str, cfg, steps: int) -> list[str]:
+    """MaxText config keys for the zoo entry's run (benchmarks/maxtext_keys.py) and for a
+    timed run of it; the entry's own MaxText keys come last and win."""
+    topo = topology.parse(cfg.tpu)
     return [
         "run_name=zoo-bench",
-        f"base_output_directory={out}",
-        "hardware=cpu" if not topology.parse(entry.tpu).is_tpu else "hardware=tpu",
+        "hardware=tpu" if topo.is_tpu else "hardware=cpu",
         "dataset_type=synthetic",
         "enable_checkpointing=false",
         "enable_tensorboard=false",
         "jax_cache_dir=",  # every run compiles: compile time is measured, not cached
         "log_config=false",
         "skip_jax_distributed_system=true",
-        f"dtype={'bfloat16' if bf16 else 'float32'}",
-        "weight_dtype=float32",
-        "attention=dot_product",
-        f"opt_type={cfg.optim.name}",
-        "decoder_block=llama2",
-        f"base_emb_dim={model.hidden_size}",
-        f"base_mlp_dim={model.intermediate_size}",
-        f"base_num_decoder_layers={model.num_hidden_layers}",
-        f"base_num_query_heads={model.num_attention_heads}",
-        f"base_num_kv_heads={model.num_key_value_heads}",
-        f"head_dim={model.dim_per_head}",
-        f"vocab_size={model.vocab_size}",
-        f"max_target_length={cfg.seq_len}",
-        f"per_device_batch_size={cfg.global_batch_size // devices}",
-        f"{PARALLELISM[entry.sharding]}={devices}",
-        f"scan_layers={'true' if 'scan' in entry.remat else 'false'}",
-        f"remat_policy={DEFAULT_REMAT_POLICY}",
+        *maxtext_keys(family_name, cfg, topo),
         f"steps={WARMUP_STEPS + steps}",
         *entry.maxtext,
     ]
@@ -121,27 +113,21 @@ def measure(entry: Entry, steps: int) -> dict:
     from zoo.compose import load_run_config
     from zoo.core.flops import train_flops
 
-    if reason := unsupported(entry):
-        raise UserError(f"{entry.name}: {reason}")
     family, cfg = load_run_config(entry.model, entry.train_overrides())
     topo = topology.parse(cfg.tpu)
     devices, bf16 = topo.devices, cfg.runs_in_bf16(topo)
     with torch.device("meta"):
         parameters = sum(p.numel() for p in family.build(cfg.model, init=False).parameters())
+    args = maxtext_args(entry, family.name, cfg, steps)  # unmappable keys fail first
     interpreter = python()
-    config = Path(interpreter).parents[1] / "lib"
-    base_yml = next(config.glob("python3.*/site-packages/maxtext/configs/base.yml"), None)
-    if base_yml is None:
-        raise UserError(f"no maxtext/configs/base.yml under {config}; rebuild the environment "
-                        f"(delete {config.parent} and rerun)")
     env = {**os.environ, "JAX_LOG_COMPILES": "1"}
     if not topo.is_tpu:
         env |= {"JAX_PLATFORMS": "cpu",
                 "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
     with tempfile.TemporaryDirectory() as out:
         proc = subprocess.run(
-            [interpreter, "-m", "maxtext.trainers.pre_train.train", str(base_yml),
-             *maxtext_args(entry, cfg, devices, bf16, steps, out)],
+            [interpreter, "-m", "maxtext.trainers.pre_train.train", str(base_yml(interpreter)),
+             f"base_output_directory={out}", *args],
             capture_output=True, text=True, env=env, cwd=out,
         )
     log = proc.stdout + proc.stderr

@@ -47,6 +47,20 @@ GENERATIONS: dict[str, Generation] = {
 # HBM bandwidth per chip (bytes/s, Google's specs): the memory side of a roofline estimate.
 HBM_BYTES_PER_S = {"v2": 700e9, "v3": 900e9, "v4": 1228e9, "v5p": 2765e9, "v5e": 819e9,
                    "v6e": 1640e9}
+# ICI bandwidth per chip, each direction (bytes/s): what one chip can send (and, at the same
+# time, receive) over all its links; the communication side of a step-time model. Google
+# publishes it bidirectional (send + receive) per chip, or as a pod's all-reduce bandwidth
+# over its chips, which comes to the same one-direction figure:
+#   v4   1.1 PB/s all-reduce bandwidth per 4096-chip pod (cloud.google.com/tpu/docs/v4)
+#        = 269 GB/s; ~6 links x 45 GB/s
+#   v5p  "Interchip Interconnect BW 4800 Gbps" = 600 GB/s; 1200 GBps bidirectional
+#        (cloud.google.com/tpu/docs/v5p)
+#   v5e  1600 Gbps = 200 GB/s; 400 GBps bidirectional, 51.2 TB/s all-reduce per 256-chip
+#        pod (cloud.google.com/tpu/docs/v5e)
+#   v6e  800 GBps bidirectional, 102.4 TB/s all-reduce per 256-chip pod = 400 GB/s
+#        (cloud.google.com/tpu/docs/v6e; the launch figure, 3584 Gbps, is 448 GB/s)
+# v2/v3 have no per-chip figure published (and the compiler checks do not target them).
+ICI_BYTES_PER_S = {"v4": 1.1e15 / 4096, "v5p": 600e9, "v5e": 200e9, "v6e": 400e9}
 ALIASES = {"v5litepod": "v5e"}
 VALID_FORMS = (
     "v2-N, v3-N, v4-N, v5p-N (N = TensorCores, e.g. v4-32), "

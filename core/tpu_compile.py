@@ -6,14 +6,13 @@ collectives it inserted. Nothing runs; the numbers are the compiler's, not a mea
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import os
 import re
-import time
 
 from zoo.core.errors import UserError
+from zoo.core.libtpu_compile import STAT_FIELDS, compile_text, topology_devices
 from zoo.core.topology import HBM_BYTES_PER_S, Topology
 
 ELEMENT_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "bf16": 2, "f16": 2,
@@ -85,7 +84,10 @@ class OutOfMemory:
     compile_seconds: float
 
 
-_OOM = re.compile(r"Used ([\d.]+)([KMGT]) of ([\d.]+)([KMGT]) hbm")
+# libtpu 0.0.20 says "Used 111.3G of 95.7G hbm"; 0.0.52 "the total memory required for HLO
+# temporaries (314.75G) exceeds available HBM (95.73G)" (and lists no allocations)
+_OOM = re.compile(r"(?:Used |required for HLO temporaries \()([\d.]+)([KMGT])\)? "
+                  r"(?:of |exceeds available HBM \()([\d.]+)([KMGT])")
 _ALLOCATION = re.compile(r"Size: ([\d.]+[KMGT]?)\n(?:.*\n)*?\s*Shape: (\S+)\n(?:.*\n)*?"
                          r"\s*XLA label: ([^=\n]+)")
 _UNITS = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
@@ -96,8 +98,9 @@ _ONE_BUFFER = re.compile(r"Allocation \(size=(\d+)\) would exceed memory \(size=
 
 
 def parse_out_of_memory(message: str, seconds: float) -> OutOfMemory | None:
-    """The numbers of libtpu's 'Ran out of memory in memory space hbm' error (or of its
-    'Allocation ... would exceed memory', one buffer bigger than a chip), or None."""
+    """The numbers of libtpu's 'Ran out of memory in memory space hbm' error (0.0.52:
+    'CompileTimeHbmOom'), or of its 'Allocation ... would exceed memory', one buffer bigger
+    than a chip; None for any other message."""
     one = _ONE_BUFFER.search(message)
     if one:
         size, usable, shape, tag = one.groups()
@@ -148,20 +151,6 @@ def _cube_order(chips: int) -> tuple[int, int, int]:
     return tuple(dims)
 
 
-@contextlib.contextmanager
-def quiet_stderr():
-    """libtpu logs warnings about the TPU it does not find (TPU_ACCELERATOR_TYPE, worker
-    hostnames) straight to file descriptor 2; hide them while the compiler is in use."""
-    saved = os.dup(2)
-    with open(os.devnull, "w") as null:
-        os.dup2(null.fileno(), 2)
-        try:
-            yield
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-
-
 def tpu_devices(topo: Topology):
     """The slice's devices as compile-only JAX devices (no TPU needed)."""
     import importlib.util
@@ -169,13 +158,7 @@ def tpu_devices(topo: Topology):
     if importlib.util.find_spec("libtpu") is None and not os.environ.get("TPU_LIBRARY_PATH"):
         raise UserError("the TPU compiler (libtpu) is not installed: run ./setup_vm.sh, or "
                         "pip install -e '.[tpu-compile]'")
-    os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")  # no GCE metadata lookups off a TPU VM
-    # compile-only use holds no chip: let several processes (plans, tests) load libtpu
-    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
-    from jax.experimental.topologies import get_topology_desc
-
-    with quiet_stderr():
-        devices = get_topology_desc(platform="tpu", **compile_target(topo)).devices
+    devices = topology_devices(compile_target(topo))
     if len(devices) != topo.devices:
         raise UserError(f"the TPU compiler laid out {len(devices)} devices for {topo.name}, "
                         f"expected {topo.devices}")
@@ -185,53 +168,23 @@ def tpu_devices(topo: Topology):
 def compile_hlo(hlo_text: str, topo: Topology) -> CompiledStep | OutOfMemory:
     """Compile an SPMD HLO module (text, shardings written in) for every device of `topo`;
     OutOfMemory when the compiler finds its program cannot fit a chip."""
-    import numpy as np
-    from jax._src.interpreters import mlir
-    from jax._src.lib import _jax
-    from jax._src.lib import xla_client as xc
+    return compiled_step(*compile_text(hlo_text, tpu_devices(topo)))
 
-    devices = tpu_devices(topo)
-    proto = xc._xla.hlo_module_from_text(hlo_text).as_serialized_hlo_module_proto()
-    with mlir.make_ir_context():
-        module = mlir.ir.Module.parse(xc._xla.mlir.hlo_to_stablehlo(proto))
-        bytecode = mlir.module_to_bytecode(module)
-    options = xc.CompileOptions()
-    build = options.executable_build_options
-    build.use_spmd_partitioning = True
-    build.num_partitions = len(devices)
-    build.num_replicas = 1
-    build.device_assignment = xc.DeviceAssignment.create(
-        np.arange(len(devices)).reshape(1, len(devices)))
-    start = time.perf_counter()
-    try:
-        with quiet_stderr():
-            executable = devices[0].client.compile(
-                bytecode, executable_devices=xc.DeviceList(tuple(devices)),
-                compile_options=options)
-    except _jax.XlaRuntimeError as error:
-        refusal = parse_out_of_memory(str(error), time.perf_counter() - start)
+
+def compiled_step(stats: dict, compiled_text: str) -> CompiledStep | OutOfMemory:
+    """A compiled program's figures (core/libtpu_compile.py's, from any libtpu) with its
+    collectives and matmul FLOPs counted in its optimized HLO text; OutOfMemory when the
+    compiler refused it for want of HBM (any other refusal is raised)."""
+    if "error" in stats:
+        refusal = parse_out_of_memory(stats["error"], stats["compile_seconds"])
         if refusal is None:
-            raise
+            raise RuntimeError(f"libtpu could not compile the step: {stats['error']}")
         return refusal
-    seconds = time.perf_counter() - start
-    memory = executable.get_compiled_memory_stats()
-    costs = executable.cost_analysis()
-    costs = costs[0] if isinstance(costs, list) else costs
-    compiled_text = "\n".join(m.to_string() for m in executable.hlo_modules())
-    optimal = costs.get("optimal_seconds")
     matmul_flops, matmul_flops_once = count_matmul_flops(compiled_text)
     return CompiledStep(
-        argument_bytes=memory.argument_size_in_bytes,
-        output_bytes=memory.output_size_in_bytes,
-        alias_bytes=memory.alias_size_in_bytes,
-        temp_bytes=memory.temp_size_in_bytes,
-        code_bytes=memory.generated_code_size_in_bytes,
-        flops=float(costs.get("flops", 0.0)),
+        **{field: stats[field] for field in STAT_FIELDS},
         matmul_flops=matmul_flops,
-        bytes_accessed=float(costs.get("bytes accessed", 0.0)),
-        optimal_seconds=float(optimal) if optimal and optimal > 0 else None,
         collectives=count_collectives(compiled_text),
-        compile_seconds=seconds,
         loop_trips=loop_trips(compiled_text),
         matmul_flops_once=matmul_flops_once,
     )
@@ -251,6 +204,13 @@ _CONTRACTING = re.compile(r"lhs_contracting_dims=\{([\d,]*)\}")
 _DIM_LABELS = re.compile(r"dim_labels=(\w+)_(\w+)->(\w+)")
 _WINDOW = re.compile(r"window=\{([^}]*)\}")
 _KERNEL_COST = re.compile(r'"cost_estimate":\{"flops":"(\d+)"')
+# matmuls per score element of MaxText's splash attention kernels (by instruction name):
+# forward QK^T and PV; dq recomputes QK^T and dO V^T and forms dS K; dkv recomputes both and
+# forms P^T dO and dS^T Q (as core/pallas_tpu.py counts zoo's flash backward)
+SPLASH_MATMULS = {"splash_mha_fwd": 2, "splash_mha_dq": 3, "splash_mha_dkv": 4}
+_NAME = re.compile(r"^\s*(?:ROOT )?%?([\w.\-]+) = ")
+_LAYOUTS = re.compile(r"operand_layout_constraints=\{(.*?)\}, [a-z_]+=")
+_SHAPE_TEXT = re.compile(r"\b(?:" + "|".join(ELEMENT_BYTES) + r")\[[\d,]*\]")
 FLOAT_TYPES = ("bf16", "f16", "f32", "f64", "f8")
 _LESS_THAN = re.compile(r"compare\(%([\w.\-]+), %([\w.\-]+)\), direction=LT")
 _BODY = re.compile(r"body=%?([\w.\-]+)")
@@ -290,9 +250,11 @@ def count_matmul_flops(hlo_text: str) -> tuple[float, float]:
     """Matmul FLOPs per chip in compiled HLO: (every loop trip, each loop body once).
     Dots, convolutions (the TPU compiler rewrites most dots into them; windows counted at
     their valid positions only, as XLA's cost analysis counts them) and Pallas kernels (their
-    declared cost estimate). Integer convolutions (the compiler's gather lowering) are not
-    model work. This is the compiled counterpart of the analytic model FLOPs, which the
-    cost analysis's total is not: that adds elementwise work and counts loop bodies once."""
+    declared cost estimate; MaxText's splash attention kernels declare none, so theirs is
+    the dense attention their q and k shapes imply, the convention zoo's flash kernels
+    declare). Integer convolutions (the compiler's gather lowering) are not model work.
+    This is the compiled counterpart of the analytic model FLOPs, which the cost analysis's
+    total is not: that adds elementwise work and counts loop bodies once."""
     shapes = dict(_DEFINITION.findall(hlo_text))
     every = once = 0.0
     for _, line, times in _walk(hlo_text):
@@ -328,8 +290,10 @@ def _matmul_flops(line: str, shapes: dict[str, str]) -> float:
         return 0.0
     shape, op = match.groups()
     if op == "custom-call":
+        if "tpu_custom_call" not in line:
+            return 0.0
         kernel = _KERNEL_COST.search(line)
-        return float(kernel.group(1)) if kernel and "tpu_custom_call" in line else 0.0
+        return float(kernel.group(1)) if kernel else _undeclared_attention_flops(line)
     if op not in ("dot", "convolution") or not shape.startswith(FLOAT_TYPES):
         return 0.0
     lhs_name, rhs_name = _OPERAND.findall(line[match.end():])[:2]
@@ -338,6 +302,21 @@ def _matmul_flops(line: str, shapes: dict[str, str]) -> float:
         contracting = _CONTRACTING.search(line).group(1)
         return 2.0 * math.prod(out) * math.prod(lhs[int(i)] for i in contracting.split(",") if i)
     return _convolution_flops(line, out, lhs, rhs)
+
+
+def _undeclared_attention_flops(line: str) -> float:
+    """Dense attention FLOPs of a splash attention kernel (no cost estimate of its own):
+    2 x the kernel's matmuls per score x q's elements x the key length, from its operand
+    layouts (q first, k second among its float operands; q may lead with a batch dim)."""
+    name = _NAME.match(line).group(1)
+    matmuls = next((n for prefix, n in SPLASH_MATMULS.items() if name.startswith(prefix)), 0)
+    operands = _LAYOUTS.search(line)
+    floats = [_dims(shape) for shape in _SHAPE_TEXT.findall(operands.group(1))
+              if shape.startswith(FLOAT_TYPES)] if operands else []
+    if not matmuls or len(floats) < 2:
+        return 0.0
+    q, k = floats[:2]
+    return 2.0 * matmuls * math.prod(q) * k[-2]
 
 
 def _convolution_flops(line: str, out: list[int], lhs: list[int], rhs: list[int]) -> float:
@@ -397,12 +376,18 @@ def _computations(hlo_text: str) -> dict[str, list[str]]:
     bodies: dict[str, list[str]] = {}
     current = None
     for line in hlo_text.split("\n"):
-        if line and not line.startswith(" ") and line.rstrip().endswith("{"):
-            match = _COMPUTATION.match(line)
-            current = match.group(1) if match else None
+        if line.startswith(" "):
+            if current is not None:
+                bodies[current].append(line)
+        elif line.rstrip().endswith("{") and (match := _COMPUTATION.match(line)):
+            current = match.group(1)
             bodies.setdefault(current, [])
-        elif current is not None and line.startswith(" "):
-            bodies[current].append(line)
+        elif line.strip() == "}":
+            current = None
+        elif current is not None and bodies[current] and line:
+            # an instruction printed over several lines (a newline inside an attribute:
+            # libtpu 0.0.52's kernel_metadata): the rest belongs to it
+            bodies[current][-1] += line
     return bodies
 
 

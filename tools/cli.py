@@ -296,8 +296,12 @@ def bench(mfu, suite, models, tpu, steps, out, compare, baseline, tolerance, pro
 @click.option("--compile", "compile_", is_flag=True,
               help="Also trace the exact train step and compile it with the TPU compiler "
               "(libtpu, compile-only: no TPU needed) for the slice's topology.")
+@click.option("--compare", type=click.Choice(["maxtext"]),
+              help="With --compile: also compile MaxText's own train step for the same shapes "
+              "and slice, both programs by MaxText's libtpu, and print them side by side "
+              "(its environment is built on first use).")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as one JSON record.")
-def plan(model, overrides, tpu, target_mfu, compile_, as_json):
+def plan(model, overrides, tpu, target_mfu, compile_, compare, as_json):
     """Will MODEL fit on a slice? Per-chip memory and the step time a target MFU implies;
     with --compile, the compiler's own per-chip HBM, FLOPs, collectives and step estimate.
 
@@ -305,6 +309,15 @@ def plan(model, overrides, tpu, target_mfu, compile_, as_json):
     """
     from zoo.plan import describe, make_plan
 
+    if compare and not compile_:
+        raise UserError(f"--compare {compare} compares compiled programs: add --compile")
+    if compare:
+        from zoo.benchmarks.plan_compare import compare as compare_plans
+        from zoo.benchmarks.plan_compare_table import describe as describe_comparison
+
+        record = compare_plans(model, tpu, list(overrides), target_mfu).record()
+        click.echo(json.dumps(record, indent=2) if as_json else describe_comparison(record))
+        return
     if not compile_:
         result = make_plan(model, tpu, list(overrides), target_mfu)
         click.echo(json.dumps(result.record(), indent=2) if as_json else describe(result))

@@ -36,20 +36,21 @@ def test_entry_becomes_maxtext_keys_for_the_same_shapes_and_devices():
     entry = Entry(name="e", model="llama-tiny", tpu="cpu-4", remat="scan",
                   global_batch_size=8, seq_len=256, overrides=["model.num_hidden_layers=32"],
                   maxtext=["remat_policy=minimal"])
-    _, cfg = load_run_config(entry.model, entry.train_overrides())
-    args = maxtext.maxtext_args(entry, cfg, devices=4, bf16=False, steps=10, out="/tmp/o")
+    family, cfg = load_run_config(entry.model, entry.train_overrides())
+    args = maxtext.maxtext_args(entry, family.name, cfg, steps=10)
     for key in ("base_emb_dim=256", "base_mlp_dim=768", "base_num_decoder_layers=32",
                 "base_num_query_heads=8", "base_num_kv_heads=4", "head_dim=32",
                 "vocab_size=4096", "max_target_length=256", "per_device_batch_size=2",
                 "ici_fsdp_parallelism=4", "scan_layers=true", "dtype=float32", "steps=12",
-                "hardware=cpu"):
+                "hardware=cpu", "attention=dot_product"):
         assert key in args
     assert args[-1] == "remat_policy=minimal"  # the entry's own keys win (they come last)
 
 
 def test_entries_maxtext_cannot_run_are_named_with_the_reason():
     assert maxtext.unsupported(Entry(name="t", model="t5-tiny")) == (
-        "the MaxText peer runs llama entries only")
-    assert "sharding fsdp only" in maxtext.unsupported(
-        Entry(name="l", model="llama-tiny", sharding="fsdp_tensor"))
+        "MaxText has no counterpart of the t5 family here (families that map: llama, mixtral)")
+    assert "sharding=fsdp_context has no MaxText counterpart" in maxtext.unsupported(
+        Entry(name="l", model="llama-tiny", tpu="cpu-2", sharding="fsdp_context",
+              overrides=["mesh.sequence=2"]))
     assert all(maxtext.unsupported(e) is None for e in load_suite("maxtext"))
