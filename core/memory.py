@@ -38,8 +38,10 @@ def decoder_stack_activation_bytes(
     remat: bool,
     bytes_per_value: int,
     flash: bool,
+    logit_positions: int | None = None,
 ) -> dict[str, float]:
-    """{'activations': ..., 'logits': ...} for a decoder LM under a remat choice."""
+    """{'activations': ..., 'logits': ...} for a decoder LM under a remat choice; the loss
+    holds the logits of `logit_positions` positions per sequence at once (default: all)."""
     layer = decoder_layer_activation_bytes(seq=seq, batch=batch, hidden=shape.hidden,
                                            heads=shape.heads, tensor=tensor,
                                            bytes_per_value=bytes_per_value, flash=flash)
@@ -47,6 +49,9 @@ def decoder_stack_activation_bytes(
         stack = shape.layers * seq * batch * shape.hidden * bytes_per_value + layer
     else:
         stack = shape.layers * layer
-    # fp32 logits and their gradient for the loss, vocab split over tensor
-    logits = 2 * seq * batch * shape.vocab * 4 / tensor
+    # the logits and their gradient in the compute dtype (the compiler fuses the fp32 loss
+    # into reading them: llama-8b's compiled bf16 step holds 2 x 3.9 GiB, not 2 x 7.8),
+    # vocab split over tensor
+    positions = min(seq, logit_positions or seq)
+    logits = 2 * positions * batch * shape.vocab * bytes_per_value / tensor
     return {"activations": stack, "logits": logits}

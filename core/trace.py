@@ -25,6 +25,8 @@ class Placeholders:
 
     specs: dict[int, Spec] = dataclasses.field(default_factory=dict)
     tensors: list[torch.Tensor] = dataclasses.field(default_factory=list)
+    # placeholder id -> the id of the copy over its data that scan passes into its loop
+    copies: dict[int, int] = dataclasses.field(default_factory=dict)
 
     def make(self, shape, dtype, spec: Spec | None = None) -> torch.Tensor:
         import torch_xla
@@ -59,6 +61,7 @@ def follow_hoisted_placeholders(holders: Placeholders):
             if param_id in hoisted:
                 copy_id = torch_xla._XLAC._xla_get_tensor_id(hoisted[param_id])
                 holders.specs[copy_id] = holders.spec_of(tensor)
+                holders.copies[torch_xla._XLAC._xla_get_tensor_id(tensor)] = copy_id
         return hoisted
 
     context.device_parameter_id_tensor_mapping = mapping
@@ -131,7 +134,8 @@ def sharded_hlo_text(outputs: list[torch.Tensor], updated: list[torch.Tensor],
     """HLO text of the graph computing `outputs` and `updated` (tensors the step changed in
     place; `sources`: the placeholder ids they held before it), with each placeholder
     parameter's sharding written in, and each updated tensor's output sharded like its
-    input and aliased to it. `sharding_text(spec)` gives the HLO sharding of a spec.
+    input and aliased to it (or to its scan copy's parameter: the same data, donated
+    alike). `sharding_text(spec)` gives the HLO sharding of a spec.
     Also the bytes of entry parameters that are not placeholders (nor their copies, see
     `follow_hoisted_placeholders`): device data the step made itself, such as constants,
     which reach the compiler unsharded."""
@@ -154,8 +158,10 @@ def sharded_hlo_text(outputs: list[torch.Tensor], updated: list[torch.Tensor],
     aliases = {}
     for offset, source in enumerate(sources):
         output_sharding.append(sharding_text(holders.specs[source]))
-        if source in position:
-            aliases[len(outputs) + offset] = position[source]
+        # a weight only scan reads enters the program as its copy (same data, so donated)
+        read_as = source if source in position else holders.copies.get(source)
+        if read_as in position:
+            aliases[len(outputs) + offset] = position[read_as]
     text = _shard_root(text, output_sharding)
     return _alias_outputs(text, aliases), unplanned
 

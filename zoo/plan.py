@@ -5,6 +5,8 @@ device; nothing is allocated."""
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 
 from zoo.compose import load_run_config
 from zoo.core import config as config_lib
@@ -73,7 +75,8 @@ def make_plan(model_name: str, slice_type: str, overrides: list[str], target_mfu
     remat = config_lib.load(RematConfig, files=[family.preset("remat", cfg.remat)])
     with torch.device("meta"):
         model = family.build(cfg.model, init=False)
-    param_bytes = sum(p.shard_bytes for p in plan_params(model, rules, mesh))
+    params = plan_params(model, rules, mesh)
+    param_bytes = sum(p.shard_bytes for p in params)
     states = OPTIMIZER_STATES.get(cfg.optim.name, 2)
     micro_batch = cfg.global_batch_size // cfg.grad_accum
     per_device = -(-micro_batch // batch_devices(mesh))  # XLA pads a batch smaller than the mesh
@@ -91,6 +94,7 @@ def make_plan(model_name: str, slice_type: str, overrides: list[str], target_mfu
         "gradients (fp32)": param_bytes,
         f"optimizer state ({cfg.optim.name})": states * param_bytes,
         **activations,
+        "gathered weights": gathered_weight_bytes(params, 2 if bf16 else 4),
     }
     items = family.task.items_per_step(cfg)
     flops = train_flops(family.forward_flops(cfg)) * items
@@ -105,6 +109,22 @@ def make_plan(model_name: str, slice_type: str, overrides: list[str], target_mfu
         flops / (target_mfu * peak) if peak else None,
         target_mfu,
     )
+
+
+def gathered_weight_bytes(params, bytes_per_value: int) -> float:
+    """Sharded weights are gathered whole, in the compute dtype, before use: the compiled
+    step holds about two layers' (the one computing and the next arriving) and the largest
+    weight outside the layers (an LM head or embedding table)."""
+    def full(entry):
+        return math.prod(entry.shape) * bytes_per_value if entry.shard_shape != entry.shape else 0
+
+    layer = sum(full(p) for p in params if _LAYER_ZERO.search(p.name))
+    outside = max((full(p) for p in params if not _ANY_LAYER.search(p.name)), default=0)
+    return 2 * layer + outside
+
+
+_LAYER_ZERO = re.compile(r"\.0\.")  # a parameter of the first layer of a stack
+_ANY_LAYER = re.compile(r"\.\d+\.")
 
 
 def check_fits(model_name: str, slice_type: str, overrides: list[str], config_files=()) -> None:

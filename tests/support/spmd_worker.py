@@ -30,6 +30,7 @@ REMATS = {
     "checkpoint": RematConfig(checkpoint=["Block"]),
     "scan": RematConfig(scan=["layers"]),
     "scan_checkpoint": RematConfig(checkpoint=["Block"], scan=["layers"]),
+    "scan_minimal": RematConfig(checkpoint=["Block"], scan=["layers"], policy="minimal"),
 }
 
 

@@ -33,3 +33,37 @@ def test_unknown_layer_class_is_named():
 def test_scan_needs_a_layer_stack():
     with pytest.raises(RematError, match="'head' is not a LayerStack.*; stacks: layers"):
         apply_remat(ToyModel(), RematConfig(scan=["head"]))
+
+
+def test_unknown_scan_policy_is_named():
+    with pytest.raises(RematError, match="remat policy 'offload' is not one of full, minimal"):
+        RematConfig(checkpoint=["Block"], scan=["layers"], policy="offload")
+
+
+@pytest.mark.parametrize("policy,saved", [("full", []), ("minimal", ["mm"])])
+def test_scan_policies_save_the_inputs_and_what_they_name(policy, saved):
+    """The partition torch_xla's scan gets: `full` hands backward only the layer's inputs
+    (it recomputes the rest), `minimal` also the weight matmul outputs."""
+    from functorch.compile import aot_function, make_boxed_func
+
+    from zoo.core.remat import SCAN_POLICIES
+
+    graphs = {}
+
+    def keep(name):
+        def compiler(graph, _inputs):
+            graphs[name] = graph
+            return make_boxed_func(graph.forward)
+        return compiler
+
+    def layer(x, w_in, w_out):
+        return x + torch.nn.functional.silu(x @ w_in) @ w_out
+
+    step = aot_function(layer, fw_compiler=keep("forward"), bw_compiler=keep("backward"),
+                        partition_fn=SCAN_POLICIES[policy])
+    x, w_in, w_out = (torch.randn(shape, requires_grad=True) for shape in ((4, 8), (8, 8), (8, 8)))
+    step(x, w_in, w_out).sum().backward()
+    outputs = next(n for n in graphs["forward"].graph.nodes if n.op == "output").args[0]
+    kept = [n.target.__name__.split(".")[0] for n in outputs[1:] if n.op == "call_function"]
+    assert kept == saved  # minimal: x @ w_in (silu's input); the last matmul's output is unused
+    torch.testing.assert_close(x.grad, torch.func.grad(lambda x: layer(x, w_in, w_out).sum())(x))

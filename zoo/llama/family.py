@@ -28,7 +28,8 @@ def forward_flops(run, causal: bool = True) -> float:
 def activation_bytes(run, batch_per_device, tensor, remat, bytes_per_value, on_tpu):
     return decoder_stack_activation_bytes(
         decoder_shape(run.model), seq=run.seq_len, batch=batch_per_device, tensor=tensor,
-        remat=remat, bytes_per_value=bytes_per_value, flash=run.model.uses_flash(on_tpu))
+        remat=remat, bytes_per_value=bytes_per_value, flash=run.model.uses_flash(on_tpu),
+        logit_positions=run.model.loss_chunk_tokens)
 
 
 def for_slice(config: LlamaConfig, topo) -> LlamaConfig:

@@ -39,7 +39,8 @@ def active_parameters(config: MixtralConfig, total: int) -> int:
 def activation_bytes(run, batch_per_device, tensor, remat, bytes_per_value, on_tpu):
     return decoder_stack_activation_bytes(
         decoder_shape(run.model), seq=run.seq_len, batch=batch_per_device, tensor=tensor,
-        remat=remat, bytes_per_value=bytes_per_value, flash=run.model.uses_flash(on_tpu))
+        remat=remat, bytes_per_value=bytes_per_value, flash=run.model.uses_flash(on_tpu),
+        logit_positions=run.model.loss_chunk_tokens)
 
 
 FAMILY = ModelFamily(
