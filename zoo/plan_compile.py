@@ -20,9 +20,18 @@ from zoo.core.tpu_compile import CompiledStep, OutOfMemory
 from zoo.plan import FIT_ADVICE, Plan, describe, make_plan
 from zoo.registry import resolve
 
+# torch 2.9's autograd engine holds device indices in 8 bits: a backward over more virtual
+# XLA devices fails inside it (INTERNAL ASSERT in engine.cpp), so such slices cannot be traced.
+MAX_TRACE_DEVICES = 127
+
 
 def use_virtual_devices(topo: topology.Topology) -> None:
     """XLA:CPU with one virtual device per device of the slice; must precede torch_xla."""
+    if topo.devices > MAX_TRACE_DEVICES:
+        raise UserError(
+            f"--compile traces on one virtual XLA device per TPU device, and torch's autograd "
+            f"engine handles at most {MAX_TRACE_DEVICES} ({topo.name} has {topo.devices}); "
+            "compile a smaller slice of the same generation with the same per-chip batch")
     wanted = str(topo.devices)
     if "torch_xla.runtime" in sys.modules:
         import torch_xla.runtime as xr

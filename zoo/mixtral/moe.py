@@ -15,9 +15,19 @@ from torch import nn
 from zoo.mixtral.config import MixtralConfig
 
 
+class ExpertProduct(nn.Module):
+    """Each expert's tokens times its own matrix, [E, groups, capacity, in] x [E, out, in]:
+    a module of its own (it holds no weights), so a sharding preset can pin its output like
+    any layer's and the partitioner gathers the expert weights, not every token."""
+
+    def forward(self, tokens, weights):
+        return torch.einsum("egci,eoi->egco", tokens, weights)
+
+
 class MixtralExperts(nn.Module):
     """Every expert's SwiGLU on its own tokens: [E, groups, capacity, H] -> the same shape.
-    Its output is where a sharding preset pins the expert layout (experts over `expert`)."""
+    Its output (and its gate/up product's) is where a sharding preset pins the expert
+    layout (experts over `expert`)."""
 
     def __init__(self, config: MixtralConfig):
         super().__init__()
@@ -25,10 +35,11 @@ class MixtralExperts(nn.Module):
                                   config.intermediate_size)
         self.gate_up_proj = nn.Parameter(torch.empty(experts, 2 * inner, hidden))
         self.down_proj = nn.Parameter(torch.empty(experts, hidden, inner))
+        self.gate_up, self.down = ExpertProduct(), ExpertProduct()
 
     def forward(self, tokens):
-        gate, up = torch.einsum("egch,eih->egci", tokens, self.gate_up_proj).chunk(2, dim=-1)
-        return torch.einsum("egci,ehi->egch", F.silu(gate) * up, self.down_proj)
+        gate, up = self.gate_up(tokens, self.gate_up_proj).chunk(2, dim=-1)
+        return self.down(F.silu(gate) * up, self.down_proj)
 
 
 class MixtralRouter(nn.Module):
@@ -59,6 +70,10 @@ class MixtralSparseMoeBlock(nn.Module):
         self.config = config
         self.gate = MixtralRouter(config)
         self.experts = MixtralExperts(config)
+        # where tokens reach their experts and come back: named points (identities) that a
+        # sharding preset can pin, so the partitioner moves tokens (all-to-all) instead of
+        # gathering every expert's tokens on every device
+        self.to_experts, self.from_experts = nn.Identity(), nn.Identity()
 
     def forward(self, x):
         probs, experts, weights = self.gate(x)
@@ -89,8 +104,8 @@ class MixtralSparseMoeBlock(nn.Module):
         slots = slots.reshape(batch, top_k, seq, num_experts, capacity).to(x.dtype)
         dispatch = slots.sum(1)  # [B, S, E, C]: 0/1, a token reaches an expert once at most
         combine = torch.einsum("bksec,bsk->bsec", slots, weights.to(x.dtype))
-        out = self.experts(torch.einsum("bsec,bsh->ebch", dispatch, x))
-        return torch.einsum("bsec,ebch->bsh", combine, out), kept.sum()
+        out = self.experts(self.to_experts(torch.einsum("bsec,bsh->ebch", dispatch, x)))
+        return torch.einsum("bsec,ebch->bsh", combine, self.from_experts(out)), kept.sum()
 
 
 def load_balancing_loss(tokens_per_expert, router_probs, tokens: int):
