@@ -385,3 +385,11 @@ def test_json_record_holds_every_field_the_console_shows(default_records):
     assert estimate["step_seconds"] > 0 and 0 < estimate["mfu_ceiling"] <= 1
     assert "compiler" in estimate["source"]
     assert record["attention"] in ("flash", "eager")
+
+
+def test_slices_past_the_autograd_engines_device_limit_are_refused_in_one_line():
+    from zoo.core.errors import UserError
+    from zoo.plan_compile import use_virtual_devices
+
+    with pytest.raises(UserError, match="at most 127 .v6e-256 has 256.; compile a smaller"):
+        use_virtual_devices(parse("v6e-256"))

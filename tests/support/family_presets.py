@@ -21,7 +21,7 @@ class FamilyPresetTests:
     cases = None  # the family's cases module
     eager_tol: dict = {}
     # remat presets whose HLO holds an optimization barrier (torch_xla's checkpoint); scan
-    # rematerialises by min-cut instead
+    # rematerialises by its partition (remat policy) instead
     barrier_remats = ("checkpoint",)
 
     @staticmethod
