@@ -6,9 +6,10 @@ default backend; on a CPU machine Pallas refuses ("Only interpret mode is suppor
 backend"). Inside `pallas_lowering_for_tpu` the kernel is lowered for the 'tpu' platform
 instead (Mosaic needs no TPU), serialised in a Mosaic version the compiling libtpu reads
 (JAX picks it from the attached TPU's build date, and there is none), and flash attention's
-two backward kernels get the cost estimate they lack: libtpu's cost analysis counts a
-custom call only through the estimate its payload declares (the forward's: dense
-attention), so without it the backward's FLOPs would count as zero. Private JAX and
+kernels declare their matmul FLOPs: libtpu's cost analysis counts a custom call only
+through the estimate its payload declares; the backward kernels declare none (their FLOPs
+would count as zero) and the forward's adds softmax's elementwise work (4 FLOPs a score,
+0.08% of llama-8b's step) to its two matmuls. Private JAX and
 torch_xla internals are patched only within the block; re-check them when the pins move.
 """
 
@@ -21,7 +22,10 @@ import math
 import re
 
 FORWARD_COMPATIBLE_IR_VERSION = 7  # jax 0.7.1's Mosaic format for older readers
-BACKWARD_MATMULS = {"_flash_attention_bwd_dq": 3, "_flash_attention_bwd_dkv": 4}
+# matmuls per score element: the forward's QK^T and PV; dq recomputes QK^T and dO V^T and
+# forms dS K; dkv recomputes both and forms P^T dO and dS^T Q
+ATTENTION_MATMULS = {"_flash_attention_impl": 2, "_flash_attention_bwd_dq": 3,
+                     "_flash_attention_bwd_dkv": 4}
 _payloads: dict = {}  # one lowering per kernel and shape within a block: every layer's is alike
 
 
@@ -35,24 +39,26 @@ def _older_than(platform_version: str):
     return lambda year, month, day: built < datetime.date(year, month, day)
 
 
-def _backward_cost(kernel, jax_args: list) -> dict | None:
-    """Cost estimate of a flash-attention backward kernel, on the forward's convention:
-    dq recomputes QK^T and dO V^T and forms dS K (3 matmuls); dkv recomputes QK^T and
-    dO V^T and forms P^T dO and dS^T Q (4); 2*B*H*Sq*Sk*D FLOPs each."""
-    matmuls = BACKWARD_MATMULS.get(getattr(kernel, "__name__", ""))
+def _cost_estimate(kernel, jax_args: list, declared: dict | None) -> dict | None:
+    """A flash-attention kernel's cost estimate with its matmul FLOPs, 2*B*H*Sq*Sk*D per
+    matmul (dense, as the compiled program's other matmuls and MaxText's splash kernels are
+    counted); the kernel's own bytes and transcendentals where it declares them."""
+    matmuls = ATTENTION_MATMULS.get(getattr(kernel, "__name__", ""))
     if matmuls is None:
         return None
     q, k = jax_args[0], jax_args[1]
     batch, heads, q_len, head_dim = q.shape
     scores = batch * heads * q_len * k.shape[2]
+    flops = 2 * matmuls * scores * head_dim
+    if declared:
+        return {**declared, "flops": flops}
     arrays = [a for a in jax_args if hasattr(a, "shape") and hasattr(a, "dtype")]
     # the softmax statistics (rank 3) reach the kernel broadcast over 128 lanes
     read = sum(math.prod(a.shape) * a.dtype.itemsize * (128 if len(a.shape) == 3 else 1)
                for a in arrays)
     written = (math.prod(q.shape) * q.dtype.itemsize if matmuls == 3
                else 2 * math.prod(k.shape) * k.dtype.itemsize)
-    return {"flops": 2 * matmuls * scores * head_dim, "transcendentals": scores,
-            "bytes_accessed": read + written}
+    return {"flops": flops, "transcendentals": scores, "bytes_accessed": read + written}
 
 
 def _trace_pallas_for_tpu(kernel, *args, static_argnums=None, static_argnames=None,
@@ -75,10 +81,11 @@ def _trace_pallas_for_tpu(kernel, *args, static_argnums=None, static_argnames=No
     payload = custom_kernel._extract_backend_config(lowered.compiler_ir())
     if payload is None:
         raise RuntimeError(f"lowering {kernel} for 'tpu' gave no tpu_custom_call")
-    cost = _backward_cost(kernel, jax_args)
+    config = json.loads(payload)
+    kernel_config = config["custom_call_config"]
+    cost = _cost_estimate(kernel, jax_args, kernel_config.get("cost_estimate"))
     if cost is not None:
-        config = json.loads(payload)
-        config["custom_call_config"].setdefault("cost_estimate", cost)
+        kernel_config["cost_estimate"] = cost
         payload = json.dumps(config)
     if use_cache:
         _payloads[key] = payload

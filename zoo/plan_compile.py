@@ -20,18 +20,9 @@ from zoo.core.tpu_compile import CompiledStep, OutOfMemory
 from zoo.plan import FIT_ADVICE, Plan, describe, make_plan
 from zoo.registry import resolve
 
-# torch 2.9's autograd engine holds device indices in 8 bits: a backward over more virtual
-# XLA devices fails inside it (INTERNAL ASSERT in engine.cpp), so such slices cannot be traced.
-MAX_TRACE_DEVICES = 127
-
 
 def use_virtual_devices(topo: topology.Topology) -> None:
     """XLA:CPU with one virtual device per device of the slice; must precede torch_xla."""
-    if topo.devices > MAX_TRACE_DEVICES:
-        raise UserError(
-            f"--compile traces on one virtual XLA device per TPU device, and torch's autograd "
-            f"engine handles at most {MAX_TRACE_DEVICES} ({topo.name} has {topo.devices}); "
-            "compile a smaller slice of the same generation with the same per-chip batch")
     wanted = str(topo.devices)
     if "torch_xla.runtime" in sys.modules:
         import torch_xla.runtime as xr
@@ -100,7 +91,9 @@ def _trace(family, cfg, topo) -> tuple:
                               functools.partial(batch_spec, mesh_axes=axis_sizes(mesh)), holders)
     updated = state_tensors(model, optimizer)
     sources = tensor_ids(updated)
-    with follow_hoisted_placeholders(holders):
+    # the backward runs on the calling thread: torch's autograd engine keeps one queue per
+    # device, counted in 8 bits, and fails (INTERNAL ASSERT) past 127 virtual devices
+    with follow_hoisted_placeholders(holders), torch.autograd.set_multithreading_enabled(False):
         metrics = engine.train_step(batch)
     outputs = [v for v in metrics.values() if isinstance(v, torch.Tensor)]
     cache: dict = {}

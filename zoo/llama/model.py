@@ -68,7 +68,7 @@ class LlamaAttention(nn.Module):
         self.q_proj = nn.Linear(hidden, self.heads * self.head_dim, bias=False)
         self.k_proj = nn.Linear(hidden, self.kv_heads * self.head_dim, bias=False)
         self.v_proj = nn.Linear(hidden, self.kv_heads * self.head_dim, bias=False)
-        self.o_proj = nn.Linear(self.heads * self.head_dim, hidden, bias=False)
+        self.o_proj = HeadsToHidden(self.heads, self.head_dim, hidden)
 
     def forward(self, x, cos, sin):
         batch, seq, _ = x.shape
@@ -79,7 +79,42 @@ class LlamaAttention(nn.Module):
         groups = self.heads // self.kv_heads
         k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
         out = flash_attention(q, k, v) if self.use_flash else causal_attention(q, k, v)
-        return self.o_proj(out.transpose(1, 2).reshape(batch, seq, -1))
+        return self.o_proj(out)
+
+
+class HeadsToHidden(nn.Linear):
+    """The attention's output projection (an `nn.Linear` from heads x head_dim to hidden,
+    as checkpoints and HF name it) applied to the heads as attention returns them,
+    [batch, heads, seq, head_dim], in one einsum with no transpose of the activations.
+
+    Its weight is used through `weight_by_head`, a weightless point a sharding preset may
+    pin (replicated under FSDP: the layer gathers the weight whole once). Left to the
+    partitioner, libtpu gathered it twice in backward, once for the recomputed forward and
+    once in the transposed layout the input gradient wants (llama-8b on v5p-128: 32 extra
+    gathers of 32 MiB a step); pinned, both read one gather, as MaxText's do."""
+
+    def __init__(self, heads: int, head_dim: int, hidden: int):
+        super().__init__(heads * head_dim, hidden, bias=False)
+        self.weight_by_head = SplitHeads(heads, head_dim)
+
+    def forward(self, heads_out):
+        # without autograd, detached: a view of a parameter made under no_grad still
+        # requires grad, and module hooks that track tensors for backward (FlopCounterMode's)
+        # fail on one passed between modules
+        weight = self.weight if torch.is_grad_enabled() else self.weight.detach()
+        return torch.einsum("bnsd,hnd->bsh", heads_out, self.weight_by_head(weight))
+
+
+class SplitHeads(nn.Module):
+    """[rows, heads x head_dim] -> [rows, heads, head_dim]: a view, as a module so that
+    sharding presets can name (and pin) its output."""
+
+    def __init__(self, heads: int, head_dim: int):
+        super().__init__()
+        self.heads, self.head_dim = heads, head_dim
+
+    def forward(self, weight):
+        return weight.view(weight.shape[0], self.heads, self.head_dim)
 
 
 def causal_attention(q, k, v):
