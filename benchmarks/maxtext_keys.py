@@ -13,10 +13,14 @@ from zoo.core.mesh import resolve_axis_sizes
 # in jax.checkpoint whatever the policy ('none' saves nothing, as 'full' does), so keeping
 # every activation has no exact counterpart: minimal_with_context saves every matmul output
 # and the attention output and recomputes only elementwise work (no matmul), as zoo's
-# unremated layers compute no matmul twice. scan_minimal is MaxText's `minimal` by design.
+# unremated layers compute no matmul twice. scan_minimal, scan_save_qkv_proj and
+# scan_offload are MaxText's `minimal`, `save_qkv_proj` and `custom` with the decoder layer
+# input offloaded (everything else recomputed) by design.
 REMAT = {"none": ("minimal_with_context", False), "checkpoint": ("full", False),
          "scan": ("minimal_with_context", True), "scan_checkpoint": ("full", True),
-         "scan_minimal": ("minimal", True)}
+         "scan_minimal": ("minimal", True), "scan_save_qkv_proj": ("save_qkv_proj", True),
+         "scan_offload": ("custom", True)}
+CUSTOM_POLICY = ["decoder_layer_input=offload"]  # MaxText's other named tensors: remat
 # zoo sharding preset -> the mesh axes it uses; each zoo axis is MaxText's ici_<axis>
 # axis (its logical rules put FSDP, Megatron tensor and expert shards where zoo's do)
 SHARDING_AXES = {"fsdp": ("data", "fsdp"), "fsdp_tensor": ("data", "fsdp", "tensor"),
@@ -95,7 +99,8 @@ def remat_keys(remat: str) -> list[str]:
         raise UserError(f"remat={remat} has no MaxText counterpart (presets that map: "
                         f"{', '.join(REMAT)})")
     policy, scan = REMAT[remat]
-    return [f"remat_policy={policy}", f"scan_layers={str(scan).lower()}"]
+    return [f"remat_policy={policy}", f"scan_layers={str(scan).lower()}",
+            *(CUSTOM_POLICY if policy == "custom" else [])]
 
 
 def optimizer_keys(optim) -> list[str]:

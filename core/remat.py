@@ -29,13 +29,22 @@ class RematConfig:
     # What a checkpointed layer of a scanned stack keeps for its backward (MaxText's names):
     # `full`: its inputs only, everything recomputed (what an unrolled checkpointed layer
     # always does); `minimal`: also the output of every weight matmul, so only attention
-    # and elementwise work is recomputed.
+    # and elementwise work is recomputed; `save_qkv_proj`: also the tensors the layer
+    # names query_proj, key_proj and value_proj; `offload`: as full, with the layer input
+    # kept in host memory (TPU) until backward.
     policy: str = "full"
 
     def __post_init__(self):
         if self.policy not in SCAN_POLICIES:
             raise RematError(f"remat policy '{self.policy}' is not one of "
                              f"{', '.join(SCAN_POLICIES)}")
+
+    def check_device(self, on_tpu: bool) -> None:
+        """Host offloading is a TPU memory space; XLA:CPU refuses its annotations."""
+        if self.policy == "offload" and self.scan and not on_tpu:
+            raise RematError("remat policy 'offload' keeps layer inputs in a TPU's host memory "
+                             "and runs on a TPU only; here use scan_checkpoint (the same "
+                             "recompute, inputs kept on the device)")
 
 
 STACKED = "*"  # the child under which a scanned stack keeps its layers' weights stacked
@@ -125,6 +134,7 @@ class LayerStack(nn.ModuleList):
         """The template's code on one layer's weights; extras ride along in the carry, and
         per-layer outputs leave as the scan's stacked ys."""
         hidden, *extras = carry
+        hidden = checkpoint_name(hidden, LAYER_INPUT)
         output, *outputs = _as_tuple(_call_with(self._template(), weights, hidden, *extras))
         return (output, *extras), (tuple(outputs) if outputs else None)
 
@@ -155,6 +165,63 @@ def _partition_saving(keep):
     return partition
 
 
+@torch.library.custom_op("zoo::checkpoint_name", mutates_args=())
+def checkpoint_name(tensor: torch.Tensor, name: str) -> torch.Tensor:
+    """`tensor`, named for remat policies (MaxText's `checkpoint_name`): a scanned layer's
+    policy keeps or offloads it by name. An identity; XLA elides the copy."""
+    return tensor.clone()
+
+
+@checkpoint_name.register_fake
+def _(tensor, name):
+    return torch.empty_like(tensor)
+
+
+checkpoint_name.register_autograd(lambda ctx, grad: (grad, None),
+                                  setup_context=lambda ctx, inputs, output: None)
+LAYER_INPUT = "decoder_layer_input"  # what LayerStack names each layer's input
+
+
+def _named(node, names: tuple[str, ...]) -> bool:
+    return node.target is torch.ops.zoo.checkpoint_name.default and node.args[1] in names
+
+
+def _offloading(partition, names: tuple[str, ...]):
+    """`partition`, with the saved tensors that feed `checkpoint_name(_, name)` nodes of
+    `names` moved to host memory after the forward and back before the backward uses them
+    (torch_xla's place_to_host / place_to_device: TPU memory-space annotations)."""
+
+    def offloading_partition(joint_module, joint_inputs, **kwargs):
+        from torch_xla.experimental.stablehlo_custom_call import (  # noqa: F401 (the ops)
+            place_to_device,
+            place_to_host,
+        )
+
+        offloaded = {node.args[0].name for node in joint_module.graph.nodes
+                     if _named(node, names)}
+        forward, backward = partition(joint_module, joint_inputs, **kwargs)
+        output = next(node for node in forward.graph.nodes if node.op == "output")
+        results = list(output.args[0])
+        with forward.graph.inserting_before(output):
+            for index, value in enumerate(results):
+                if getattr(value, "name", None) in offloaded:
+                    results[index] = forward.graph.call_function(
+                        torch.ops.xla.place_to_host.default, (value,))
+        output.args = (tuple(results),)
+        for node in list(backward.graph.nodes):
+            if node.op == "placeholder" and node.name in offloaded:
+                with backward.graph.inserting_after(node):
+                    on_device = backward.graph.call_function(
+                        torch.ops.xla.place_to_device.default, (node,))
+                node.replace_all_uses_with(
+                    on_device, delete_user_cb=lambda user, moved=on_device: user is not moved)
+        forward.recompile()
+        backward.recompile()
+        return forward, backward
+
+    return offloading_partition
+
+
 def _weight_matmul(op) -> bool:
     """A 2-D matmul: a linear layer's product over flattened tokens (attention's batched
     products are `bmm`)."""
@@ -162,9 +229,12 @@ def _weight_matmul(op) -> bool:
 
 
 # Policy name -> the scan partition function that keeps what the policy names.
+QKV = ("query_proj", "key_proj", "value_proj")
 SCAN_POLICIES = {
     "full": _partition_saving(lambda node: False),
     "minimal": _partition_saving(lambda node: _weight_matmul(node.target)),
+    "save_qkv_proj": _partition_saving(lambda node: _named(node, QKV)),
+    "offload": _offloading(_partition_saving(lambda node: False), (LAYER_INPUT,)),
 }
 
 

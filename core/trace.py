@@ -143,6 +143,9 @@ def sharded_hlo_text(outputs: list[torch.Tensor], updated: list[torch.Tensor],
 
     everything = [*outputs, *updated]
     text = torch_xla._XLAC._get_xla_tensors_hlo(everything)
+    # torch_xla writes its memory-space annotations (place_to_host / place_to_device) with
+    # no API version, which XLA's HLO parser refuses; they take the original one
+    text = text.replace("api_version=API_VERSION_UNSPECIFIED", "api_version=API_VERSION_ORIGINAL")
     ids, values = torch_xla._XLAC._get_tensors_xla_device_data_node(everything)
     position = {tensor_id: index for index, tensor_id in enumerate(ids)}
     input_sharding = {}

@@ -115,6 +115,10 @@ def build_engine(model_name: str, overrides: list[str], config_files=(), build_m
     topo = select_runtime(cfg.tpu)
     rules_path = family.preset("sharding", cfg.sharding)
     remat_path = family.preset("remat", cfg.remat)
+    from zoo.core.remat import RematConfig
+
+    remat = config_lib.load(RematConfig, files=[remat_path])
+    remat.check_device(topo.is_tpu)
     if cfg.init_from:
         if family.load_hf is None:
             raise UserError(f"{family.name} cannot load Hugging Face checkpoints (--init-from)")
@@ -126,11 +130,9 @@ def build_engine(model_name: str, overrides: list[str], config_files=(), build_m
 
     check_writable(cfg.checkpoint_location)
     runtime.configure()
-    from zoo.core.remat import RematConfig
     from zoo.core.sharding import ShardingRules
 
     rules = ShardingRules.from_yaml(rules_path)
-    remat = config_lib.load(RematConfig, files=[remat_path])
     import torch_xla.runtime as xr
 
     from zoo.core.engine import Engine

@@ -85,7 +85,7 @@ def make_plan(model_name: str, slice_type: str, overrides: list[str], target_mfu
         cfg,
         per_device,
         mesh["tensor"],
-        bool(remat.checkpoint),
+        remat.policy if remat.checkpoint else None,
         2 if bf16 else 4,
         topo.is_tpu,
     )

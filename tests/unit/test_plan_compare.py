@@ -46,9 +46,14 @@ def test_llama_8b_on_v5p_128_maps_shape_batch_mesh_remat_precision_and_attention
 @pytest.mark.parametrize("remat,policy,scan", [
     ("none", "minimal_with_context", "false"), ("checkpoint", "full", "false"),
     ("scan", "minimal_with_context", "true"), ("scan_checkpoint", "full", "true"),
-    ("scan_minimal", "minimal", "true")])
+    ("scan_minimal", "minimal", "true"), ("scan_save_qkv_proj", "save_qkv_proj", "true")])
 def test_remat_presets_map_to_a_policy_and_scan_layers(remat, policy, scan):
     assert remat_keys(remat) == [f"remat_policy={policy}", f"scan_layers={scan}"]
+
+
+def test_offload_maps_to_maxtexts_custom_policy_offloading_the_layer_input():
+    assert remat_keys("scan_offload") == ["remat_policy=custom", "scan_layers=true",
+                                          "decoder_layer_input=offload"]
 
 
 def test_tensor_and_expert_axes_and_mixtral_experts_map():

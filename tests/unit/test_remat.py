@@ -36,14 +36,27 @@ def test_scan_needs_a_layer_stack():
 
 
 def test_unknown_scan_policy_is_named():
-    with pytest.raises(RematError, match="remat policy 'offload' is not one of full, minimal"):
-        RematConfig(checkpoint=["Block"], scan=["layers"], policy="offload")
+    with pytest.raises(RematError, match="remat policy 'some' is not one of full, minimal"):
+        RematConfig(checkpoint=["Block"], scan=["layers"], policy="some")
 
 
-@pytest.mark.parametrize("policy,saved", [("full", []), ("minimal", ["mm"])])
-def test_scan_policies_save_the_inputs_and_what_they_name(policy, saved):
-    """The partition torch_xla's scan gets: `full` hands backward only the layer's inputs
-    (it recomputes the rest), `minimal` also the weight matmul outputs."""
+def test_offload_is_refused_off_a_tpu_in_one_line():
+    remat = RematConfig(checkpoint=["Block"], scan=["layers"], policy="offload")
+    remat.check_device(on_tpu=True)
+    with pytest.raises(RematError, match="runs on a TPU only; here use scan_checkpoint"):
+        remat.check_device(on_tpu=False)
+
+
+def layer(x, w_in, w_out):
+    """A layer with one named tensor (as llama names its query projection)."""
+    from zoo.core.remat import checkpoint_name
+
+    hidden = checkpoint_name(checkpoint_name(x, "decoder_layer_input") @ w_in, "query_proj")
+    return x + torch.nn.functional.silu(hidden) @ w_out
+
+
+def partitioned(policy, device="cpu"):
+    """(forward graph, backward graph, x, gradient of x) of `layer` under a scan policy."""
     from functorch.compile import aot_function, make_boxed_func
 
     from zoo.core.remat import SCAN_POLICIES
@@ -56,14 +69,50 @@ def test_scan_policies_save_the_inputs_and_what_they_name(policy, saved):
             return make_boxed_func(graph.forward)
         return compiler
 
-    def layer(x, w_in, w_out):
-        return x + torch.nn.functional.silu(x @ w_in) @ w_out
-
     step = aot_function(layer, fw_compiler=keep("forward"), bw_compiler=keep("backward"),
                         partition_fn=SCAN_POLICIES[policy])
-    x, w_in, w_out = (torch.randn(shape, requires_grad=True) for shape in ((4, 8), (8, 8), (8, 8)))
+    x, w_in, w_out = (torch.randn(shape, device=device, requires_grad=True)
+                      for shape in ((4, 8), (8, 8), (8, 8)))
     step(x, w_in, w_out).sum().backward()
-    outputs = next(n for n in graphs["forward"].graph.nodes if n.op == "output").args[0]
+    return graphs["forward"], graphs["backward"], (x, w_in, w_out)
+
+
+@pytest.mark.parametrize("policy,saved", [("full", []), ("minimal", ["mm"]),
+                                          ("save_qkv_proj", ["checkpoint_name"])])
+def test_scan_policies_save_the_inputs_and_what_they_name(policy, saved):
+    """The partition torch_xla's scan gets: `full` hands backward only the layer's inputs
+    (it recomputes the rest), `minimal` also the weight matmul outputs, `save_qkv_proj` the
+    tensors named query/key/value_proj."""
+    forward, _, (x, w_in, w_out) = partitioned(policy)
+    outputs = next(n for n in forward.graph.nodes if n.op == "output").args[0]
     kept = [n.target.__name__.split(".")[0] for n in outputs[1:] if n.op == "call_function"]
     assert kept == saved  # minimal: x @ w_in (silu's input); the last matmul's output is unused
-    torch.testing.assert_close(x.grad, torch.func.grad(lambda x: layer(x, w_in, w_out).sum())(x))
+    fresh = x.detach().requires_grad_()
+    expected, = torch.autograd.grad(layer(fresh, w_in, w_out).sum(), fresh)
+    torch.testing.assert_close(x.grad, expected)
+
+
+OFFLOAD = """
+import torch, torch_xla
+from tests.unit.test_remat import partitioned
+forward, backward, _ = partitioned("offload", torch_xla.device())
+def calls(graph):
+    return [str(n.target) for n in graph.graph.nodes if n.op == "call_function"]
+print(calls(forward).count("xla.place_to_host.default"),
+      calls(backward).count("xla.place_to_device.default"))
+"""
+
+
+def test_offload_moves_the_layer_input_to_host_and_back():
+    """`offload`: as `full`, and the saved layer input leaves for host memory after the
+    forward and comes back for the backward (traced on XLA; only a TPU runs it)."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.support.paths import ROOT
+
+    result = subprocess.run([sys.executable, "-c", OFFLOAD], cwd=ROOT, capture_output=True,
+                            text=True, timeout=300, env={**os.environ, "PJRT_DEVICE": "CPU"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split()[-2:] == ["1", "1"]

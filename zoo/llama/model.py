@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from zoo.core.remat import LayerStack
+from zoo.core.remat import LayerStack, checkpoint_name
 from zoo.llama.config import LlamaConfig
 
 
@@ -72,9 +72,13 @@ class LlamaAttention(nn.Module):
 
     def forward(self, x, cos, sin):
         batch, seq, _ = x.shape
-        q = self.q_proj(x).view(batch, seq, self.heads, self.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(batch, seq, self.kv_heads, self.head_dim).transpose(1, 2)
-        v = self.v_proj(x).view(batch, seq, self.kv_heads, self.head_dim).transpose(1, 2)
+        # named for remat policies (save_qkv_proj keeps them under scan)
+        q = checkpoint_name(self.q_proj(x), "query_proj")
+        k = checkpoint_name(self.k_proj(x), "key_proj")
+        v = checkpoint_name(self.v_proj(x), "value_proj")
+        q = q.view(batch, seq, self.heads, self.head_dim).transpose(1, 2)
+        k = k.view(batch, seq, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = v.view(batch, seq, self.kv_heads, self.head_dim).transpose(1, 2)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         groups = self.heads // self.kv_heads
         k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
