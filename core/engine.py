@@ -20,6 +20,7 @@ import torch
 from zoo.core import hosts as hosts_lib
 from zoo.core import runtime, topology
 from zoo.core.checkpoint import Checkpointer
+from zoo.core.errors import UserError
 from zoo.core.flops import calibrate_cpu_peak, train_flops
 from zoo.core.inputs import device_loader
 from zoo.core.mesh import MeshConfig, axis_sizes, build_mesh
@@ -213,7 +214,6 @@ class Engine:
     # ---- the loop ----------------------------------------------------------------------
     def fit(self) -> dict:
         """Train to `config.steps`, resuming from the latest complete checkpoint."""
-        import torch_xla
         import torch_xla.core.xla_model as xm
 
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -246,7 +246,7 @@ class Engine:
                     values = self.train_step(batch)
                     lr = self.scheduler.get_last_lr()[0]
                     xm.add_step_closure(self._tracker.done, args=(step, values, lr, batch))
-                    torch_xla.sync()
+                    _sync_step()
                 self.step = step
                 before = _compile_count()
                 extra = self.task.after_step(self, self.step)
@@ -436,3 +436,26 @@ def _what_changed(before, after) -> str:
         "inputs unchanged, so the step graph itself changed (a Python value in the step?); "
         "rerun with PT_XLA_DEBUG_LEVEL=2 to see the cause"
     )
+
+
+# what to do when the compiled step does not fit a chip (`zoo plan --compile` shows why)
+FIT_ADVICE = ("use a larger slice, a remat preset that keeps less on the chip "
+              "(scan_checkpoint, scan_offload) or a smaller global_batch_size; "
+              "`zoo plan MODEL --tpu SLICE --compile` checks a setting without a TPU")
+
+
+def _sync_step() -> None:
+    """Run the step's graph. The first one is compiled here: a step the TPU compiler
+    refuses for memory stops the run in one line, before anything is saved."""
+    import torch_xla
+
+    from zoo.core.tpu_compile import parse_out_of_memory
+
+    try:
+        torch_xla.sync()
+    except RuntimeError as error:
+        refusal = parse_out_of_memory(str(error), 0.0)
+        if refusal is None:
+            raise
+        raise UserError(refusal.message(FIT_ADVICE)) from None
+

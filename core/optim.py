@@ -42,10 +42,12 @@ def build_optimizer(config: OptimConfig, params) -> torch.optim.Optimizer:
             betas=tuple(config.betas),
             eps=config.eps,
             weight_decay=config.weight_decay,
+            foreach=True,
         )
     if config.name == "sgd":
         return torch.optim.SGD(
-            params, lr=config.lr, momentum=config.betas[0], weight_decay=config.weight_decay
+            params, lr=config.lr, momentum=config.betas[0], weight_decay=config.weight_decay,
+            foreach=True,
         )
     if ":" not in config.name:
         raise UserError(

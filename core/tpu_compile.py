@@ -83,6 +83,12 @@ class OutOfMemory:
     largest: list[str]  # its largest allocations: size, shape, what
     compile_seconds: float
 
+    def message(self, advice: str) -> str:
+        largest = f" (largest: {', '.join(self.largest)})" if self.largest else ""
+        return (f"the TPU compiler refused the train step: it needs at least "
+                f"{self.program_bytes / 2**30:.1f} GiB per chip where "
+                f"{self.usable_bytes / 2**30:.1f} GiB are usable{largest}; {advice}")
+
 
 # libtpu 0.0.20 says "Used 111.3G of 95.7G hbm"; 0.0.52 "the total memory required for HLO
 # temporaries (314.75G) exceeds available HBM (95.73G)" (and lists no allocations)
