@@ -394,6 +394,7 @@ print(topo.devices, "devices=[256" in text)
 """
 
 
+@pytest.mark.slow  # ~20 s: 256 virtual devices in a fresh process
 def test_a_slice_past_127_devices_traces():
     """torch's autograd engine counts device queues in 8 bits; the trace runs its backward
     on the calling thread, so 256 virtual devices (v6e-256) trace with shardings over all."""
