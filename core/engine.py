@@ -438,24 +438,18 @@ def _what_changed(before, after) -> str:
     )
 
 
-# what to do when the compiled step does not fit a chip (`zoo plan --compile` shows why)
-FIT_ADVICE = ("use a larger slice, a remat preset that keeps less on the chip "
-              "(scan_checkpoint, scan_offload) or a smaller global_batch_size; "
-              "`zoo plan MODEL --tpu SLICE --compile` checks a setting without a TPU")
-
-
 def _sync_step() -> None:
     """Run the step's graph. The first one is compiled here: a step the TPU compiler
     refuses for memory stops the run in one line, before anything is saved."""
     import torch_xla
 
-    from zoo.core.tpu_compile import parse_out_of_memory
-
     try:
         torch_xla.sync()
     except RuntimeError as error:
+        from zoo.core.tpu_compile import parse_out_of_memory
+
         refusal = parse_out_of_memory(str(error), 0.0)
         if refusal is None:
             raise
-        raise UserError(refusal.message(FIT_ADVICE)) from None
-
+        raise UserError(refusal.message(
+            "; `zoo plan MODEL --tpu SLICE --compile` checks a setting without a TPU")) from None

@@ -21,6 +21,12 @@ ELEMENT_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "bf16": 2, "f1
 COLLECTIVES = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute")
 
 
+# what to do when a step does not fit a chip (the analytic plan's verdict or the compiler's)
+FIT_ADVICE = ("use a larger slice (more fsdp shards), a remat preset that keeps less on the "
+              "chip (scan_checkpoint; llama: scan_offload), a smaller global_batch_size or "
+              "seq_len, or grad_accum")
+
+
 @dataclasses.dataclass
 class CompiledStep:
     """What the TPU compiler says of one program on one slice (per chip)."""
@@ -83,11 +89,12 @@ class OutOfMemory:
     largest: list[str]  # its largest allocations: size, shape, what
     compile_seconds: float
 
-    def message(self, advice: str) -> str:
+    def message(self, advice: str = "") -> str:
+        """The refusal in one line, with what to do (FIT_ADVICE and `advice`)."""
         largest = f" (largest: {', '.join(self.largest)})" if self.largest else ""
         return (f"the TPU compiler refused the train step: it needs at least "
                 f"{self.program_bytes / 2**30:.1f} GiB per chip where "
-                f"{self.usable_bytes / 2**30:.1f} GiB are usable{largest}; {advice}")
+                f"{self.usable_bytes / 2**30:.1f} GiB are usable{largest}; {FIT_ADVICE}{advice}")
 
 
 # libtpu 0.0.20 says "Used 111.3G of 95.7G hbm"; 0.0.52 "the total memory required for HLO

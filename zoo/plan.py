@@ -15,10 +15,9 @@ from zoo.core.errors import UserError
 from zoo.core.flops import train_flops
 from zoo.core.inputs import batch_devices, host_batch_size
 from zoo.core.mesh import resolve_axis_sizes
+from zoo.core.tpu_compile import FIT_ADVICE
 
 OPTIMIZER_STATES = {"adamw": 2, "sgd": 1}  # fp32 tensors per parameter
-FIT_ADVICE = ("to fit: a larger slice (more fsdp shards), remat=checkpoint, a smaller "
-              "global_batch_size or seq_len, or grad_accum")
 
 
 @dataclasses.dataclass

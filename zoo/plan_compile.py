@@ -16,8 +16,8 @@ from zoo.compose import load_run_config
 from zoo.core import config as config_lib
 from zoo.core import runtime, topology
 from zoo.core.errors import UserError
-from zoo.core.tpu_compile import CompiledStep, OutOfMemory
-from zoo.plan import FIT_ADVICE, Plan, describe, make_plan
+from zoo.core.tpu_compile import FIT_ADVICE, CompiledStep, OutOfMemory
+from zoo.plan import Plan, describe, make_plan
 from zoo.registry import resolve
 
 

@@ -56,7 +56,8 @@ def layer(x, w_in, w_out):
 
 
 def partitioned(policy, device="cpu"):
-    """(forward graph, backward graph, x, gradient of x) of `layer` under a scan policy."""
+    """(forward graph, backward graph, (x, w_in, w_out) with their gradients) of `layer`
+    under a scan policy."""
     from functorch.compile import aot_function, make_boxed_func
 
     from zoo.core.remat import SCAN_POLICIES
