@@ -9,6 +9,7 @@ the key and what would be valid. `write_resolved` stores the final config in a r
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from pathlib import Path
 from typing import TypeVar
@@ -112,6 +113,20 @@ def same_named(source, names: tuple[str, ...]) -> dict:
     """{name: source.name} for the fields a config shares, by name, with its Hugging Face
     counterpart: one list serves both directions of a conversion."""
     return {name: getattr(source, name) for name in names}
+
+
+def check_sizes(config, counts=(), positive=(), prefix: str = "model.") -> None:
+    """For a config's __post_init__: refuse a count below 1 (a zero-width layer divides by
+    zero or trains nothing; None is left alone) or a number that is not finite and > 0 (an
+    epsilon or RoPE base of 0 or NaN trains to NaN)."""
+    for name in counts:
+        value = getattr(config, name)
+        if value is not None and value < 1:
+            raise ValueError(f"{prefix}{name} must be at least 1, not {value}")
+    for name in positive:
+        value = getattr(config, name)
+        if not 0 < value < math.inf:
+            raise ValueError(f"{prefix}{name} must be a finite number > 0, not {value}")
 
 
 def to_yaml(cfg) -> str:

@@ -67,6 +67,30 @@ def resolve_axis_sizes(config: MeshConfig, num_devices: int) -> dict[str, int]:
     return sizes
 
 
+def check_divides(run, more: dict[str, dict[str, int]] | None = None) -> None:
+    """Refuse, before a model is built, a mesh axis of `run` (a TrainConfig) that does not
+    divide a size it splits: those its model config lists in `mesh_divides()` (axis ->
+    {config key: size}, e.g. expert -> {model.num_local_experts: 8}) and `more` (the task's,
+    e.g. seq_len). XLA pads an uneven split, wasting compute, or aborts (experts: SIGABRT)."""
+    from zoo.core import topology
+
+    model = getattr(run, "model", None)  # the run schema adds the family's model config
+    divides = {**(model.mesh_divides() if hasattr(model, "mesh_divides") else {}), **(more or {})}
+    try:
+        devices = topology.parse(run.tpu).devices
+        sizes = resolve_axis_sizes(run.mesh, devices)
+    except UserError:
+        return  # the slice or the mesh itself is refused later, in its own words
+    for axis, named in divides.items():
+        for key, size in named.items():
+            if size % sizes[axis]:
+                common = math.gcd(devices, *named.values())
+                valid = [str(n) for n in range(1, common + 1) if common % n == 0]
+                choices = " or ".join([", ".join(valid[:-1]), valid[-1]] if valid[1:] else valid)
+                raise ValueError(f"mesh.{axis}={sizes[axis]} must divide {key} ({size}); "
+                                 f"on {run.tpu} use mesh.{axis}={choices}")
+
+
 def _fmt(sizes: dict[str, int]) -> str:
     return " ".join(f"{axis}={size}" for axis, size in sizes.items())
 

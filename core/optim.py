@@ -25,12 +25,32 @@ class OptimConfig:
     eps: float = 1e-8
     grad_clip: float = 1.0  # max global grad norm; 0 disables clipping
 
+    def __post_init__(self):
+        """Refuse numbers that would train to NaN (lr=inf) or diverge, before a model exists."""
+        for key in ("lr", "eps", "weight_decay", "grad_clip"):  # grad_clip 0: no clipping
+            value, positive = getattr(self, key), key in ("lr", "eps")
+            if not math.isfinite(value) or value < 0 or (positive and value == 0):
+                bound = "> 0" if positive else ">= 0"
+                raise ValueError(f"optim.{key} must be a finite number {bound}, not {value}")
+        if len(self.betas) != 2 or not all(0 <= beta < 1 for beta in self.betas):
+            raise ValueError(f"optim.betas must be two numbers in [0, 1), e.g. [0.9, 0.95], "
+                             f"not {list(self.betas)}")
+
 
 @dataclasses.dataclass
 class ScheduleConfig:
     warmup_steps: int = 10
     decay: str = "cosine"  # cosine | linear | constant, from the peak lr to min_lr_ratio x peak
     min_lr_ratio: float = 0.1
+
+    def __post_init__(self):
+        if self.warmup_steps < 0:
+            raise ValueError(f"schedule.warmup_steps must be >= 0, not {self.warmup_steps}")
+        if self.decay not in ("cosine", "linear", "constant"):
+            raise ValueError(f"schedule.decay must be cosine, linear or constant, "
+                             f"not {self.decay}")
+        if not 0 <= self.min_lr_ratio <= 1:  # NaN fails too
+            raise ValueError(f"schedule.min_lr_ratio must be in [0, 1], not {self.min_lr_ratio}")
 
 
 def build_optimizer(config: OptimConfig, params) -> torch.optim.Optimizer:
@@ -143,8 +163,6 @@ def create_state(optimizer: torch.optim.Optimizer) -> None:
 
 def lr_multiplier(config: ScheduleConfig, total_steps: int):
     """step -> factor of the peak lr: linear warmup, then cosine/linear decay or constant."""
-    if config.decay not in ("cosine", "linear", "constant"):
-        raise UserError(f"schedule.decay must be cosine, linear or constant, not {config.decay}")
 
     def factor(step: int) -> float:
         if step < config.warmup_steps:

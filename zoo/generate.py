@@ -2,21 +2,55 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import torch
 
+from zoo.core.errors import UserError
 
-def load_for_generation(path: str | Path):
-    """(model in eval mode, tokenizer) from a run folder or one of its checkpoints."""
+
+def load_for_generation(path: str | Path, prompt: str = "", max_new_tokens: int = 0):
+    """(model in eval mode, tokenizer) from a run folder or one of its checkpoints; before
+    any weights are read, refused unless the model makes text and has positions for the
+    prompt and `max_new_tokens` more (past them it fails or, without a KV cache, runs for
+    hours)."""
     from zoo.core.checkpoint import load_checkpoint
     from zoo.core.data import load_tokenizer
     from zoo.saved_run import checkpoint_of, load_run
 
     family, cfg, _ = load_run(path)
+    if not family.task.generates_text:
+        raise UserError(f"{path} is a {cfg.model_name} run ({family.task.name}); zoo generate "
+                        "continues prompts with causal language models only")
+    tokenizer = load_tokenizer(cfg.data.tokenizer)
+    check_positions(cfg.model, len(tokenizer(prompt).input_ids), max_new_tokens)
     model = family.build(cfg.model, init=False)
     model.load_state_dict(load_checkpoint(checkpoint_of(path)))
-    return model.eval(), load_tokenizer(cfg.data.tokenizer)
+    return model.eval(), tokenizer
+
+
+def check_positions(model_config, prompt_tokens: int, max_new_tokens: int) -> None:
+    """Refuse a prompt and continuation longer than the model's positions (when its config
+    names them: model.max_position_embeddings)."""
+    positions = getattr(model_config, "max_position_embeddings", None)
+    if positions and prompt_tokens + max_new_tokens > positions:
+        room = positions - prompt_tokens
+        fix = f"use --max-new-tokens {room} or less" if room > 0 else "shorten the prompt"
+        raise UserError(f"the prompt's {prompt_tokens} tokens and --max-new-tokens "
+                        f"{max_new_tokens} need more positions than the model has "
+                        f"({positions}, model.max_position_embeddings); {fix}")
+
+
+def check_sampling(max_new_tokens: int, temperature: float, top_k: int) -> None:
+    """Refuse, before a model is loaded, options that sampling would fail on mid-way."""
+    if max_new_tokens < 1:
+        raise UserError(f"--max-new-tokens must be at least 1, not {max_new_tokens}")
+    if not math.isfinite(temperature) or temperature < 0:
+        raise UserError(f"--temperature must be a finite number >= 0 (0: greedy), "
+                        f"not {temperature}")
+    if top_k < 0:
+        raise UserError(f"--top-k must be >= 0 (0: no top-k cut), not {top_k}")
 
 
 @torch.no_grad()
@@ -34,6 +68,9 @@ def generate(
     generator = torch.Generator().manual_seed(seed)
     for _ in range(max_new_tokens):
         logits = model(ids)[0, -1].float()
+        if not logits.isfinite().all():
+            raise UserError("the model's outputs are not finite numbers (its weights "
+                            "diverged?); sample from an earlier checkpoint")
         if temperature <= 0:
             token = logits.argmax()
         else:

@@ -4,8 +4,11 @@ the registry as it is; one elsewhere is registered with ZOO_FAMILIES or an entry
 
 from __future__ import annotations
 
+import importlib.util
+import keyword
 import re
 import shutil
+import sys
 from pathlib import Path
 
 from zoo.core.errors import UserError
@@ -19,6 +22,20 @@ def camel(name: str) -> str:
     return "".join(part.title() for part in name.split("_"))
 
 
+def check_not_shadowing(name: str) -> None:
+    """Refuse a name whose package would shadow another: zoo/core beside zoo.core breaks
+    every import of the zoo (`zoo models` first), a standard-library name breaks imports
+    wherever the family's parent folder is on the path, and a keyword cannot be imported."""
+    if keyword.iskeyword(name):
+        raise UserError(f"model family name '{name}' is a Python keyword; choose another name")
+    if name in sys.stdlib_module_names:
+        raise UserError(f"model family name '{name}' is a Python standard-library module; "
+                        "choose another name")
+    if name == "zoo" or importlib.util.find_spec(f"zoo.{name}") is not None:
+        raise UserError(f"model family name '{name}' is already a zoo package or module; "
+                        "choose another name")
+
+
 def scaffold(name: str, parent: Path | None = None) -> Path:
     """Copy the template to PARENT/NAME (default: zoo/NAME)."""
     if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
@@ -28,6 +45,7 @@ def scaffold(name: str, parent: Path | None = None) -> Path:
         )
     if name in FAMILIES:
         raise UserError(f"a family called '{name}' is already registered; choose another name")
+    check_not_shadowing(name)
     target = (parent or ZOO_DIR) / name
     if target.exists():
         raise UserError(f"{target} already exists; remove it or choose another name")

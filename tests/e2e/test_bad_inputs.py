@@ -1,8 +1,9 @@
-"""Bad input, as a new user types it, across the CLI, config files and keys, data sources,
-checkpoints, run folders, topologies, eval tasks, bench suites and the TPU launcher: a
-non-zero exit, one line on stderr naming what was wrong and what to do, no traceback, an
-answer within 15 s, and every existing file byte-for-byte unchanged. ({d} is a scratch folder
-holding the files below.)"""
+"""Bad input, as a new user types it, across the CLI, config files and keys, model sizes,
+optimizer numbers, mesh axes against the model, data sources, checkpoints, run folders,
+generation limits, topologies, eval tasks, bench suites, the TPU launcher and new family
+names: a non-zero exit, one line on stderr naming what was wrong and what to do, no
+traceback, an answer within 15 s, and every existing file byte-for-byte unchanged. ({d} is a
+scratch folder holding the files below.)"""
 
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -18,6 +19,7 @@ FILES = {
     "empty/.keep": "",
     "no_tasks/base.yaml": "output_type: multiple_choice\n",
     "run/config.yaml": "model_name: llama-tiny\n",
+    "t5run/config.yaml": "model_name: t5-tiny\n",
 }
 ZONE = ["--zone", "us-central2-b", "--dry-run"]
 CASES = [
@@ -39,6 +41,40 @@ CASES = [
      "must be a multiple of model.num_key_value_heads (4)"),
     (["train", "llama-tiny", "seq_len=100000"],
      "longer than the model's max_position_embeddings (8192)"),
+    (["train", "llama-tiny", "model.num_key_value_heads=0"],
+     "model.num_key_value_heads must be at least 1, not 0"),
+    (["train", "llama-tiny", "model.rope_theta=0"], "model.rope_theta must be a finite number > 0"),
+    (["train", "mixtral-tiny", "model.capacity_factor=nan"],
+     "model.capacity_factor must be a finite number > 0, not nan"),
+    (["train", "vit-tiny", "model.patch_size=0"], "model.patch_size must be at least 1, not 0"),
+    (["train", "t5-tiny", "source_len=0"], "source_len must be at least 1, not 0"),
+    # optimizer and schedule numbers
+    (["train", "llama-tiny", "optim.lr=inf"], "optim.lr must be a finite number > 0, not inf"),
+    (["train", "llama-tiny", "optim.lr=nan"], "optim.lr must be a finite number > 0, not nan"),
+    (["train", "llama-tiny", "optim.lr=-1"], "optim.lr must be a finite number > 0, not -1.0"),
+    (["train", "llama-tiny", "optim.betas=[1.5,0.9]"],
+     "optim.betas must be two numbers in [0, 1), e.g. [0.9, 0.95], not [1.5, 0.9]"),
+    (["train", "llama-tiny", "optim.weight_decay=-0.1"],
+     "optim.weight_decay must be a finite number >= 0, not -0.1"),
+    (["train", "llama-tiny", "optim.grad_clip=nan"], "optim.grad_clip must be a finite number"),
+    (["train", "llama-tiny", "schedule.warmup_steps=-1"], "schedule.warmup_steps must be >= 0"),
+    (["train", "llama-tiny", "schedule.min_lr_ratio=2"], "schedule.min_lr_ratio must be in [0, 1]"),
+    (["train", "llama-tiny", "schedule.decay=step"], "schedule.decay must be cosine, linear or"),
+    # mesh axes against the model
+    (["train", "mixtral-tiny", "sharding=fsdp_expert", "mesh.expert=3", "--tpu", "cpu-3"],
+     "mesh.expert=3 must divide model.num_local_experts (4); on cpu-3 use mesh.expert=1"),
+    (["train", "llama-tiny", "sharding=fsdp_tensor", "mesh.tensor=3", "--tpu", "cpu-3"],
+     "mesh.tensor=3 must divide model.num_attention_heads (8)"),
+    (["train", "llama-tiny", "mesh.fsdp=1", "mesh.tensor=-1", "--tpu", "cpu-6"],
+     "mesh.tensor=6 must divide model.num_attention_heads (8); on cpu-6 use mesh.tensor=1 or 2"),
+    (["train", "llama-tiny", "sharding=fsdp_context", "mesh.sequence=3", "--tpu", "cpu-3"],
+     "mesh.sequence=3 must divide seq_len (256)"),
+    (["train", "t5-tiny", "mesh.tensor=3", "--tpu", "cpu-3"],
+     "mesh.tensor=3 must divide model.num_heads (4)"),
+    (["plan", "mixtral-8x7b", "--tpu", "v5p-128", "mesh.expert=16"],
+     "mesh.expert=16 must divide model.num_local_experts (8); on v5p-128 use mesh.expert=1, 2,"),
+    (["plan", "llama-8b", "--tpu", "v5p-128", "mesh.tensor=16"],
+     "mesh.tensor=16 must divide model.num_key_value_heads (8)"),
     # config files
     (["train", "llama-tiny", "--config", "{d}/not_yaml.yaml"], "is not valid YAML at line 2"),
     (["train", "llama-tiny", "--config", "{d}/unknown_key.yaml"],
@@ -70,6 +106,16 @@ CASES = [
     (["train", "llama-tiny", "checkpoint_dir={d}/not_yaml.yaml/ckpt", "--out", "{d}/new2"],
      "cannot write checkpoints to"),
     (["generate", "{d}/empty", "--prompt", "hi"], "is neither a run folder nor a checkpoint"),
+    # generation limits
+    (["generate", "{d}/run", "--prompt", "hi", "--max-new-tokens", "100000"],
+     "need more positions than the model has (8192, model.max_position_embeddings)"),
+    (["generate", "{d}/run", "--prompt", "hi", "--max-new-tokens", "0"],
+     "--max-new-tokens must be at least 1, not 0"),
+    (["generate", "{d}/run", "--prompt", "hi", "--temperature", "nan"],
+     "--temperature must be a finite number >= 0 (0: greedy), not nan"),
+    (["generate", "{d}/run", "--prompt", "hi", "--top-k", "-1"], "--top-k must be >= 0"),
+    (["generate", "{d}/t5run", "--prompt", "hi"],
+     "t5run is a t5-tiny run (seq2seq); zoo generate continues prompts with causal language"),
     # evaluation
     (["eval", "{d}/missing", "--tasks", "arc_easy_sample"], "missing does not exist"),
     (["eval", "{d}/run"], "--tasks is required for language models"),
@@ -89,6 +135,10 @@ CASES = [
     (["train", "llama-tiny", "--on", "node"], "--on needs --tpu TYPE"),
     (["new-model", "Bad-Name"], "must be lowercase letters, digits and underscores"),
     (["new-model", "llama"], "a family called 'llama' is already registered"),
+    (["new-model", "core"], "model family name 'core' is already a zoo package or module"),
+    (["new-model", "tasks"], "model family name 'tasks' is already a zoo package or module"),
+    (["new-model", "json"], "'json' is a Python standard-library module"),
+    (["new-model", "class"], "'class' is a Python keyword"),
 ]
 
 

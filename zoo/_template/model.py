@@ -58,7 +58,7 @@ class MyModelForCausalLM(nn.Module):
         super().__init__()
         self.config = config
         self.embed = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.positions = nn.Embedding(config.max_seq_len, config.hidden_size)
+        self.positions = nn.Embedding(config.max_position_embeddings, config.hidden_size)
         self.blocks = LayerStack([MyModelBlock(config) for _ in range(config.num_layers)])
         self.norm = nn.LayerNorm(config.hidden_size)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)

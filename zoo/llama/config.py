@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from zoo.core.config import same_named
+from zoo.core.config import check_sizes, same_named
 
 
 @dataclasses.dataclass
@@ -45,6 +45,10 @@ class LlamaConfig:
     pad_token_id: int | None = None
 
     def __post_init__(self):
+        check_sizes(self, counts=("vocab_size", "hidden_size", "intermediate_size",
+                                  "num_hidden_layers", "num_attention_heads",
+                                  "num_key_value_heads", "head_dim", "max_position_embeddings"),
+                    positive=("rms_norm_eps", "rope_theta"))
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError(
                 f"model.num_attention_heads ({self.num_attention_heads}) must be a multiple of "
@@ -54,6 +58,12 @@ class LlamaConfig:
             raise ValueError(f"model.loss_chunk_tokens must be >= 0, not {self.loss_chunk_tokens}")
         if self.attention not in ("auto", "plain", "flash"):
             raise ValueError(f"model.attention must be auto, plain or flash, not {self.attention}")
+
+    def mesh_divides(self) -> dict[str, dict[str, int]]:
+        """Mesh axis -> the sizes it splits under this family's presets, which it must divide."""
+        return {"tensor": {"model.num_attention_heads": self.num_attention_heads,
+                           "model.num_key_value_heads": self.num_key_value_heads,
+                           "model.intermediate_size": self.intermediate_size}}
 
     def uses_flash(self, on_tpu: bool) -> bool:
         """Whether attention runs the Pallas flash kernel (`auto`: on a TPU)."""

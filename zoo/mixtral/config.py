@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from zoo.core.config import same_named
+from zoo.core.config import check_sizes, same_named
 from zoo.llama.config import HF_SAME_NAMES as LLAMA_SAME_NAMES
 from zoo.llama.config import LlamaConfig
 
@@ -38,8 +38,14 @@ class MixtralConfig(LlamaConfig):
         if self.dispatch not in DISPATCHES:
             raise ValueError(f"model.dispatch must be {' or '.join(DISPATCHES)}, "
                              f"not {self.dispatch}")
-        if self.capacity_factor <= 0:
-            raise ValueError(f"model.capacity_factor must be > 0, got {self.capacity_factor}")
+        check_sizes(self, positive=("capacity_factor",))
+        if not 0 <= self.router_aux_loss_coef < math.inf:
+            raise ValueError(f"model.router_aux_loss_coef must be a finite number >= 0, "
+                             f"not {self.router_aux_loss_coef}")
+
+    def mesh_divides(self) -> dict[str, dict[str, int]]:
+        experts = {"model.num_local_experts": self.num_local_experts}
+        return {**super().mesh_divides(), "expert": experts}
 
     def expert_capacity(self, group_tokens: int) -> int:
         """Tokens one expert takes from a group (a sequence) under capacity dispatch."""

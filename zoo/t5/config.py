@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from zoo.core.config import same_named
+from zoo.core.config import check_sizes, same_named
 
 
 @dataclasses.dataclass
@@ -24,6 +24,17 @@ class T5Config:
     pad_token_id: int = 0
     eos_token_id: int = 1
     bos_token_id: int | None = None
+
+    def __post_init__(self):
+        check_sizes(self, counts=("vocab_size", "d_model", "d_kv", "d_ff", "num_layers",
+                                  "num_decoder_layers", "num_heads",
+                                  "relative_attention_num_buckets",
+                                  "relative_attention_max_distance"),
+                    positive=("layer_norm_epsilon",))
+
+    def mesh_divides(self) -> dict[str, dict[str, int]]:
+        """Mesh axis -> the sizes it splits under this family's presets, which it must divide."""
+        return {"tensor": {"model.num_heads": self.num_heads, "model.d_ff": self.d_ff}}
 
     def to_hf(self):
         """The equivalent `transformers.T5Config` (gated-GELU, untied head: T5 v1.1)."""

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 from zoo.core.data import check_vocab, load_tokenizer, local_files
 from zoo.core.engine import TrainConfig
+from zoo.core.mesh import check_divides
 from zoo.core.task import Task
 from zoo.tasks.packed_text import DataConfig, TokenBatches
 
@@ -32,6 +33,7 @@ class LMTrainConfig(TrainConfig):
         if longest and self.seq_len > longest:
             raise ValueError(f"seq_len {self.seq_len} is longer than the model's "
                              f"max_position_embeddings ({longest}); use seq_len<={longest}")
+        check_divides(self, {"sequence": {"seq_len": self.seq_len}})
 
 
 def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

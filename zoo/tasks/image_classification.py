@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from zoo.core.engine import TrainConfig
 from zoo.core.errors import UserError
+from zoo.core.mesh import check_divides
 from zoo.core.optim import OptimConfig
 from zoo.core.task import Task
 from zoo.tasks.images import (
@@ -30,6 +31,10 @@ class ImageTrainConfig(TrainConfig):
     optim: OptimConfig = dataclasses.field(default_factory=lambda: OptimConfig(lr=1e-3))
     eval_every: int = 20  # steps between validation passes (and at the end); 0: never
     data: ImageDataConfig = dataclasses.field(default_factory=ImageDataConfig)
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_divides(self)
 
 
 class ImageData:

@@ -18,10 +18,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from zoo.core.config import check_sizes
 from zoo.core.data import IGNORE_INDEX, EpochOrder, check_vocab, host_rows, load_table
 from zoo.core.engine import TrainConfig
 from zoo.core.errors import UserError
 from zoo.core.inputs import host_batch_size
+from zoo.core.mesh import check_divides
 from zoo.core.optim import OptimConfig
 from zoo.core.task import Task
 from zoo.tasks.causal_lm import check_source, tokenizer_for, with_token_ids
@@ -54,6 +56,11 @@ class Seq2SeqTrainConfig(TrainConfig):
     # Small encoder-decoders from scratch want a higher peak lr than the LM default.
     optim: OptimConfig = dataclasses.field(default_factory=lambda: OptimConfig(lr=3e-3))
     data: Seq2SeqDataConfig = dataclasses.field(default_factory=Seq2SeqDataConfig)
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_sizes(self, counts=("source_len", "target_len"), prefix="")
+        check_divides(self)
 
 
 def default_pairs(count: int = 4000, seed: int = 0) -> list[tuple[str, str]]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from zoo.core.config import same_named
+from zoo.core.config import check_sizes, same_named
 
 
 @dataclasses.dataclass
@@ -23,6 +23,10 @@ class ViTConfig:
     initializer_range: float = 0.02
 
     def __post_init__(self):
+        check_sizes(self, counts=("image_size", "patch_size", "num_channels", "hidden_size",
+                                  "num_hidden_layers", "num_attention_heads",
+                                  "intermediate_size", "num_labels"),
+                    positive=("layer_norm_eps",))
         if self.image_size % self.patch_size:
             raise ValueError(
                 f"model.image_size ({self.image_size}) must be a multiple of "
@@ -33,6 +37,11 @@ class ViTConfig:
                 f"model.hidden_size ({self.hidden_size}) must be a multiple of "
                 f"model.num_attention_heads ({self.num_attention_heads})"
             )
+
+    def mesh_divides(self) -> dict[str, dict[str, int]]:
+        """Mesh axis -> the sizes it splits under this family's presets, which it must divide."""
+        return {"tensor": {"model.num_attention_heads": self.num_attention_heads,
+                           "model.intermediate_size": self.intermediate_size}}
 
     @property
     def num_patches(self) -> int:
