@@ -9,6 +9,7 @@ read in a step closure after the graph ran.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import functools
 import signal
@@ -25,6 +26,14 @@ from zoo.core.flops import calibrate_cpu_peak, train_flops
 from zoo.core.inputs import device_loader
 from zoo.core.mesh import MeshConfig, axis_sizes, build_mesh
 from zoo.core.metrics import MetricsLogger, WandbConfig
+from zoo.core.nan_guard import (
+    NAN_POLICIES,
+    NonFiniteStep,
+    describe_non_finite,
+    undone_unless,
+    updated_tensors,
+    weights_finite,
+)
 from zoo.core.optim import (
     OptimConfig,
     ScheduleConfig,
@@ -41,6 +50,7 @@ from zoo.core.task import Task
 
 WARMUP_STEPS = 2  # step 1 compiles the step (step 2 too for optimizers with lazy state)
 TIMING_WINDOW = 10  # steps averaged into the reported step time
+MIN_TIMED_STEPS = 3  # fewer after the warm-up give no step time, throughput or MFU
 
 
 @dataclasses.dataclass
@@ -59,11 +69,17 @@ class TrainConfig:
     # where checkpoints go: a path or URL (gs://bucket/path) every host sees, or a path on
     # each host's own disk; empty: RUN/checkpoints
     checkpoint_dir: str = ""
+    # a run holds its checkpoint location with a heartbeat; one silent this long was left by
+    # a process that is gone (a preempted VM) and is taken over (core/location_lease.py)
+    checkpoint_lease_s: float = 120.0
     # write checkpoints on a background thread; training stalls only to copy to host memory
     async_checkpoints: bool = True
     # also write full unsharded weights (model.safetensors) with every checkpoint: a gather
     # of every tensor into each host's memory; export and eval read the shards without it
     consolidate_checkpoints: bool = False
+    # a step whose loss or gradient norm is not finite: stop (the last checkpoint is kept)
+    # or skip (weights and optimizer state left as they were); core/nan_guard.py
+    nan_policy: str = "stop"
     sharding: str = "fsdp"  # preset name in the model family's sharding/ folder
     remat: str = "none"  # preset name in the model family's remat/ folder
     init_from: str | None = None  # Hugging Face checkpoint directory to start from
@@ -88,6 +104,12 @@ class TrainConfig:
         for name in counts:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
+        if not self.checkpoint_lease_s > 0 or self.checkpoint_lease_s == float("inf"):
+            raise ValueError(f"checkpoint_lease_s must be a positive number of seconds, "
+                             f"not {self.checkpoint_lease_s}")
+        if self.nan_policy not in NAN_POLICIES:
+            raise ValueError(f"nan_policy must be {' or '.join(NAN_POLICIES)}, "
+                             f"not {self.nan_policy}")
         if self.precision not in ("auto", "fp32", "bf16"):
             raise ValueError(f"precision must be auto, fp32 or bf16, not {self.precision}")
         if self.global_batch_size % self.grad_accum:
@@ -176,7 +198,8 @@ class Engine:
         params = [p for p in self.model.parameters() if p.grad is not None]
         clip = self.config.optim.grad_clip or float("inf")
         grad_norm = torch.nn.utils.clip_grad_norm_(params, clip)
-        extra = self.optimizer.step()  # custom optimizers may return a dict of metrics
+        with self._update_guard(total, grad_norm):
+            extra = self.optimizer.step()  # custom optimizers may return a dict of metrics
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return {
@@ -185,6 +208,14 @@ class Engine:
             **aux_sum,
             **(extra if isinstance(extra, dict) else {}),
         }
+
+    def _update_guard(self, loss: torch.Tensor, grad_norm: torch.Tensor):
+        """nan_policy=skip: the optimizer step is undone, in the graph, when the loss or the
+        gradient norm is not finite. (stop is checked on the host: nothing in the graph.)"""
+        if self.config.nan_policy != "skip":
+            return contextlib.nullcontext()
+        finite = torch.isfinite(loss) & torch.isfinite(grad_norm)
+        return undone_unless(finite, updated_tensors(self.model, self.optimizer))
 
     def _accumulate(self, batch: dict, accum: int) -> tuple:
         """Mean loss and metrics over `accum` micro-batches, gradients summed into `.grad`,
@@ -214,8 +245,6 @@ class Engine:
     # ---- the loop ----------------------------------------------------------------------
     def fit(self) -> dict:
         """Train to `config.steps`, resuming from the latest complete checkpoint."""
-        import torch_xla.core.xla_model as xm
-
         self.run_dir.mkdir(parents=True, exist_ok=True)
         start = self.step = self._resume()
         peak, peak_note = self._peak_flops()
@@ -238,35 +267,50 @@ class Engine:
                                      self.data.batch(start)))
         previous = signal.signal(signal.SIGTERM, self._request_stop)
         try:
-            for step in range(start + 1, self.config.steps + 1):
-                profiler.step_starts(step)
-                with profiler.region("data"):
-                    batch = next(batches)
-                with profiler.region("step"):
-                    values = self.train_step(batch)
-                    lr = self.scheduler.get_last_lr()[0]
-                    xm.add_step_closure(self._tracker.done, args=(step, values, lr, batch))
-                    _sync_step()
-                self.step = step
-                before = _compile_count()
-                extra = self.task.after_step(self, self.step)
-                self.side_compiles += _compile_count() - before
-                if extra:
-                    logger.record({"step": self.step, **extra})
-                stop = self.hosts.any(self._stop_requested)  # SIGTERM on any host stops all
-                last = stop or self.step == self.config.steps
-                if last or self.step % self.config.checkpoint_every == 0:
-                    with profiler.region("checkpoint"):
-                        self._save(wait=last)
-                if note := profiler.step_ended(step, last):
-                    logger.note(note)
-                if stop:
-                    logger.note(f"SIGTERM: saved step {self.step}, exiting; rerun to resume")
-                    break
+            self._loop(start, batches, profiler, logger)
+        except NonFiniteStep as error:
+            self.checkpointer.wait()  # a save of an earlier, good step commits
+            latest = self.checkpointer.latest_step()
+            kept = (f"the last checkpoint, step {latest}, is kept" if latest
+                    else "no checkpoint was written")
+            raise NonFiniteStep(f"{error}; training stopped before saving it ({kept}); "
+                                "lower optim.lr, or set nan_policy=skip to skip such "
+                                "steps") from None
         finally:
             signal.signal(signal.SIGTERM, previous)
             logger.close()
         return self._tracker.summary()
+
+    def _loop(self, start: int, batches, profiler, logger) -> None:
+        """Steps start+1 .. config.steps, each logged, checkpointed when due; a SIGTERM on
+        any host saves the step and ends it."""
+        import torch_xla.core.xla_model as xm
+
+        for step in range(start + 1, self.config.steps + 1):
+            profiler.step_starts(step)
+            with profiler.region("data"):
+                batch = next(batches)
+            with profiler.region("step"):
+                values = self.train_step(batch)
+                lr = self.scheduler.get_last_lr()[0]
+                xm.add_step_closure(self._tracker.done, args=(step, values, lr, batch))
+                _sync_step()
+            self.step = step
+            before = _compile_count()
+            extra = self.task.after_step(self, self.step)
+            self.side_compiles += _compile_count() - before
+            if extra:
+                logger.record({"step": self.step, **extra})
+            stop = self.hosts.any(self._stop_requested)  # SIGTERM on any host stops all
+            last = stop or self.step == self.config.steps
+            if last or self.step % self.config.checkpoint_every == 0:
+                with profiler.region("checkpoint"):
+                    self._save(wait=last)
+            if note := profiler.step_ended(step, last):
+                logger.note(note)
+            if stop:
+                logger.note(f"SIGTERM: saved step {self.step}, exiting; rerun to resume")
+                break
 
     def host_batches(self, start: int):
         """This host's batches from global batch `start` on (resume: start = step)."""
@@ -297,6 +341,8 @@ class Engine:
         # Gathering sharded tensors for the weights file compiles small graphs of its own;
         # keep them (like evaluation graphs) out of the step's compile count.
         before = _compile_count()
+        if not weights_finite(self.model):
+            raise NonFiniteStep(f"step {self.step}: the weights are not finite")
         self.checkpointer.save(
             self.step, self.model, self.optimizer, self.scheduler, data_position=self.step
         )
@@ -324,13 +370,19 @@ class Engine:
 
 
 def _check_location(url: str) -> None:
-    """A checkpoint_dir URL whose filesystem fsspec cannot use fails with the config."""
+    """A checkpoint_dir URL whose filesystem fsspec cannot use, or that does not outlive the
+    process, fails with the config."""
     if "://" not in url:
         return
     import fsspec
 
+    protocol = url.split("://", 1)[0]
+    if protocol == "memory":
+        raise ValueError(f"checkpoint_dir {url}: an in-memory location vanishes when the run "
+                         "exits, and its checkpoints with it; use a local path or "
+                         "gs://bucket/path")
     try:
-        fsspec.get_filesystem_class(url.split("://", 1)[0])
+        fsspec.get_filesystem_class(protocol)
     except (ValueError, ImportError) as error:
         raise ValueError(f"checkpoint_dir {url}: {error}; use a local path or "
                          "gs://bucket/path") from None
@@ -365,9 +417,16 @@ class _StepTracker:
         self.history: list[dict] = []
 
     def done(self, step: int, values: dict, lr: float, batch: dict) -> None:
-        # Closures can run in bursts (async execution), so time a window of recent steps.
+        values = {k: float(v) for k, v in values.items()}
+        if bad := describe_non_finite({k: values[k] for k in ("loss", "grad_norm")}):
+            if self.engine.config.nan_policy == "stop":
+                raise NonFiniteStep(f"step {step}: {bad}")
+            self.logger.note(f"step {step}: {bad}; step skipped (nan_policy=skip)")
+        # Closures can run in bursts (async execution), so time a window of recent steps,
+        # and only once it holds enough of them.
         self.times.append(time.perf_counter())
-        step_time = (self.times[-1] - self.times[0]) / (len(self.times) - 1)
+        timed = len(self.times) - 1
+        step_time = (self.times[-1] - self.times[0]) / timed if timed >= MIN_TIMED_STEPS else None
         compiles = _compile_count() - self.engine.side_compiles
         signature = {k: (tuple(v.shape), str(v.dtype)) for k, v in batch.items()}
         if step > self.start_step + WARMUP_STEPS and compiles > self.compiles:
@@ -386,30 +445,35 @@ class _StepTracker:
             self.times = collections.deque([self.times[-1]], maxlen=TIMING_WINDOW + 1)
         self.compiles, self.signature = compiles, signature
         engine = self.engine
-        metrics = {
-            "step": step,
-            **{k: float(v) for k, v in values.items()},
-            "lr": lr,
-            "step_time_s": step_time,
-        }
-        rate = engine.items_per_step() / step_time
-        metrics[f"{engine.unit}_per_s"] = rate
-        metrics[f"{engine.unit}_per_s_per_chip"] = (
-            rate / engine.topology.per_chip(engine.devices)
-        )
-        metrics["mfu"] = engine.flops_per_step() / (step_time * self.peak)
-        metrics["compiles"] = compiles
+        metrics = {"step": step, **values, "lr": lr, **self._speed(step_time),
+                   "compiles": compiles}
         self.history.append(metrics)
         self.logger.step_done(metrics)
         cfg = engine.config
         if step % cfg.log_every == 0 or step == cfg.steps or step == self.start_step + 1:
             self.logger.record(metrics)
 
+    def _speed(self, step_time: float | None) -> dict:
+        """Step time, throughput and MFU; None until the timing window is long enough."""
+        engine, unit = self.engine, self.engine.unit
+        if step_time is None:
+            return dict.fromkeys(("step_time_s", f"{unit}_per_s", f"{unit}_per_s_per_chip",
+                                  "mfu"))
+        rate = engine.items_per_step() / step_time
+        return {
+            "step_time_s": step_time,
+            f"{unit}_per_s": rate,
+            f"{unit}_per_s_per_chip": rate / engine.topology.per_chip(engine.devices),
+            "mfu": engine.flops_per_step() / (step_time * self.peak),
+        }
+
     def summary(self) -> dict:
+        """The run's first and last loss, its compiles, and its median speed (None when no
+        step was timed: a run shorter than the warm-up and the timing window)."""
         if not self.history:
             return {}
-        steady = self.history[WARMUP_STEPS:] or self.history
-        median = sorted(m["step_time_s"] for m in steady)[len(steady) // 2]
+        timed = sorted(m["step_time_s"] for m in self.history if m["step_time_s"] is not None)
+        median = timed[len(timed) // 2] if timed else None
         return {
             "first_step": self.history[0]["step"],
             "last_step": self.history[-1]["step"],
@@ -417,8 +481,8 @@ class _StepTracker:
             "last_loss": self.history[-1]["loss"],
             "median_step_time_s": median,
             "unit": self.engine.unit,
-            "items_per_s": self.engine.items_per_step() / median,
-            "mfu": self.engine.flops_per_step() / (median * self.peak),
+            "items_per_s": self._speed(median)[f"{self.engine.unit}_per_s"],
+            "mfu": self._speed(median)["mfu"],
             "compiles": self.history[-1]["compiles"],
             "compile_s": self.step_compile_seconds,
         }

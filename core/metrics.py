@@ -56,14 +56,11 @@ class MetricsLogger:
     def step_done(self, metrics: dict) -> None:
         """Every step: advance the bar and show the latest numbers."""
         self.bar.update(1)
-        self.bar.set_postfix(
-            {
-                "loss": f"{metrics['loss']:.3f}",
-                f"{self.unit}/s": f"{metrics[f'{self.unit}_per_s']:.0f}",
-                "mfu": f"{metrics['mfu']:.1%}",
-            },
-            refresh=False,
-        )
+        shown = {"loss": f"{metrics['loss']:.3f}"}
+        if metrics["mfu"] is not None:  # not while the timing window fills
+            shown |= {f"{self.unit}/s": f"{metrics[f'{self.unit}_per_s']:.0f}",
+                      "mfu": f"{metrics['mfu']:.1%}"}
+        self.bar.set_postfix(shown, refresh=False)
 
     def record(self, metrics: dict) -> None:
         """Logged steps: one JSON line, a console line, and wandb (main host only)."""
@@ -71,7 +68,8 @@ class MetricsLogger:
             return
         self.file.write(json.dumps(metrics) + "\n")
         self.file.flush()
-        shown = " ".join(f"{k}={_fmt(v)}" for k, v in metrics.items() if k != "step")
+        shown = " ".join(f"{k}={_fmt(v)}" for k, v in metrics.items()
+                         if k != "step" and v is not None)
         self.bar.write(f"step {metrics['step']}: {shown}")
         for key, value in metrics.items():
             if key != "step" and isinstance(value, int | float):

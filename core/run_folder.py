@@ -5,6 +5,7 @@
     RUN/checkpoints/step-NNNNNNNN/  resumable checkpoints (core/checkpoint.py)
     RUN/hf/step-NNNNNNNN/           Hugging Face exports of those checkpoints
     RUN/.lock                       host and pid of the run writing here, while it runs
+    RUN/run-id                      the run's identity; it owns its checkpoint location
     RUN/wandb-run-id                the run's W&B id: restarts and evals continue that run
     RUN/tb/                         TensorBoard scalars of the logged metrics
     RUN/profile/                    an XLA profile of a step window, when one was asked for
@@ -19,6 +20,7 @@ import os
 import re
 import socket
 import sys
+import uuid
 from pathlib import Path
 
 from zoo.core.errors import UserError
@@ -78,6 +80,24 @@ class RunFolder:
     def lock_file(self) -> Path:
         return self.path / ".lock"
 
+    @property
+    def run_id_file(self) -> Path:
+        return self.path / "run-id"
+
+    def run_id(self) -> str | None:
+        """The run's identity, None before its first training step (a fresh folder)."""
+        try:
+            return self.run_id_file.read_text().strip()
+        except FileNotFoundError:
+            return None
+
+    def ensure_run_id(self) -> str:
+        """The run's identity, made when the run first trains; a copy of the folder keeps it."""
+        if found := self.run_id():
+            return found
+        self.run_id_file.write_text(uuid.uuid4().hex + "\n")
+        return self.run_id()
+
     @contextlib.contextmanager
     def locked(self):
         """Hold the folder for one writer: a second run here fails at once, naming the host
@@ -89,7 +109,7 @@ class RunFolder:
             holder = _read_lock(self.lock_file)
             if holder is None:
                 continue  # released meanwhile
-            if holder.get("host") not in (None, mine["host"]) or _alive(holder.get("pid")):
+            if holder.get("host") not in (None, mine["host"]) or alive(holder.get("pid")):
                 raise UserError(
                     f"{self.path} is in use by pid {holder.get('pid')} on host "
                     f"{holder.get('host')}; wait for that run or use another --out (if that "
@@ -124,7 +144,8 @@ def _read_lock(path: Path) -> dict | None:
         return {}
 
 
-def _alive(pid) -> bool:
+def alive(pid) -> bool:
+    """Whether process `pid` of this host runs (False for anything but an int)."""
     if not isinstance(pid, int):
         return False
     try:

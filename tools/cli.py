@@ -152,12 +152,17 @@ def train(model, overrides, tpu, steps, out, init_from, config_files, force_resu
     if not summary:
         click.echo(f"nothing to do: {cfg.out} already trained {cfg.steps} steps")
         return
+    from zoo.core.engine import MIN_TIMED_STEPS, WARMUP_STEPS
+
+    speed = (f"median step {summary['median_step_time_s']:.3f} s, "
+             f"{summary['items_per_s']:,.0f} {summary['unit']}/s, MFU {summary['mfu']:.1%}"
+             if summary["mfu"] is not None else
+             f"too few steps to time (after {WARMUP_STEPS} warm-up steps, "
+             f"{MIN_TIMED_STEPS} are timed)")
     click.echo(
         f"done: steps {summary['first_step']}-{summary['last_step']}, loss "
-        f"{summary['first_loss']:.3f} -> {summary['last_loss']:.3f}, median step "
-        f"{summary['median_step_time_s']:.3f} s, {summary['items_per_s']:,.0f} "
-        f"{summary['unit']}/s, "
-        f"MFU {summary['mfu']:.1%}, {summary['compiles']} "
+        f"{summary['first_loss']:.3f} -> {summary['last_loss']:.3f}, {speed}, "
+        f"{summary['compiles']} "
         f"compile{'s' * (summary['compiles'] != 1)} "
         f"({', '.join(f'{s:.1f} s' for s in summary['compile_s']) or 'none new'}); "
         f"run folder {cfg.out}"
@@ -166,11 +171,18 @@ def train(model, overrides, tpu, steps, out, init_from, config_files, force_resu
     from zoo.registry import resolve
 
     text = resolve(model)[0].task.generates_text and cfg.data.source != "synthetic"
+    if summary["last_step"] < cfg.steps:  # SIGTERM: saved, and the VM is going away
+        return
     if text and current_hosts().main:  # the others' run folders hold no config
         from zoo.generate import generate, load_for_generation
 
-        model_, tokenizer = load_for_generation(cfg.out)
-        sample = generate(model_, tokenizer, prompt, max_new_tokens=40, temperature=0.8, top_k=40)
+        try:
+            model_, tokenizer = load_for_generation(cfg.out)
+            sample = generate(model_, tokenizer, prompt, max_new_tokens=40, temperature=0.8,
+                              top_k=40)
+        except UserError as error:  # the run itself went well: say why there is no sample
+            click.echo(f"sample: none, {error}")
+            return
         click.echo(f"sample: {sample!r}")
 
 
@@ -183,9 +195,10 @@ def train(model, overrides, tpu, steps, out, init_from, config_files, force_resu
 @click.option("--seed", default=0, show_default=True)
 def generate_command(run_or_checkpoint, prompt, max_new_tokens, temperature, top_k, seed):
     """Continue PROMPT with a trained run (folder) or one of its checkpoints."""
-    from zoo.generate import generate, load_for_generation
+    from zoo.generate import check_sampling, generate, load_for_generation
 
-    model, tokenizer = load_for_generation(run_or_checkpoint)
+    check_sampling(max_new_tokens, temperature, top_k)
+    model, tokenizer = load_for_generation(run_or_checkpoint, prompt, max_new_tokens)
     click.echo(generate(model, tokenizer, prompt, max_new_tokens, temperature, top_k, seed))
 
 

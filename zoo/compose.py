@@ -8,7 +8,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
-from contextlib import nullcontext
 from pathlib import Path
 
 from zoo.core import config as config_lib
@@ -79,23 +78,38 @@ def select_runtime(slice_type: str) -> topology.Topology:
 
 # Keys a resumed run may change: how long and how often, where it runs and logs.
 RESUMABLE_CHANGES = ("steps", "log_every", "checkpoint_every", "keep_checkpoints",
-                     "consolidate_checkpoints", "checkpoint_dir", "async_checkpoints",
+                     "consolidate_checkpoints", "checkpoint_dir", "checkpoint_lease_s",
+                     "async_checkpoints",
                      "eval_every", "out", "tpu", "mesh.", "wandb.", "data.cache_dir",
                      "profile.")
 
 
 def check_resumable(cfg) -> None:
     """A run folder with a checkpoint is resumed only by the run that wrote it: a changed
-    architecture, data or optimisation is a different experiment, refused in one line."""
+    architecture, data or optimisation is a different experiment, and checkpoints left
+    behind by a changed `checkpoint_dir` are never silently restarted from step 1; both are
+    refused in one line."""
     import yaml
 
     from zoo.core.checkpoint import complete_steps
     from zoo.core.run_folder import RunFolder
 
     run = RunFolder(Path(cfg.out))
-    if not run.config.is_file() or not complete_steps(cfg.checkpoint_location):
+    if not run.config.is_file():
         return
     saved = yaml.safe_load(run.config.read_text())
+    # the folder given, not the `out` saved in it: a copied or moved run reads its own files
+    saved_location = saved.get("checkpoint_dir") or str(run.checkpoints)
+    saved_steps = complete_steps(saved_location)
+    if not complete_steps(cfg.checkpoint_location):
+        if saved_location != cfg.checkpoint_location and saved_steps:
+            raise UserError(
+                f"{cfg.out} has checkpoints up to step {saved_steps[-1]} in {saved_location}, "
+                f"none in {cfg.checkpoint_location}; resume with "
+                f"checkpoint_dir={saved.get('checkpoint_dir') or '(unset)'}, copy them to the "
+                "new location first, or use a new --out")
+        if not saved_steps:
+            return
     changed = {key: values for key, values in
                config_lib.changed_keys(saved, yaml.safe_load(config_lib.to_yaml(cfg))).items()
                if not key.startswith(RESUMABLE_CHANGES)}
@@ -103,6 +117,15 @@ def check_resumable(cfg) -> None:
         diff = ", ".join(f"{key}: {old} -> {new}" for key, (old, new) in changed.items())
         raise UserError(f"{cfg.out} holds a run with other settings ({diff}); use a new --out, "
                         "or --force-resume to continue that run with these")
+
+
+def run_identity(cfg, family: ModelFamily):
+    """Who this run is, as its checkpoint location records its owner."""
+    from zoo.core.location_lease import RunIdentity
+    from zoo.core.run_folder import RunFolder
+
+    return RunIdentity(run_id=RunFolder(Path(cfg.out)).run_id(), model_name=cfg.model_name,
+                       family=family.name, out=os.path.abspath(cfg.out))
 
 
 def build_engine(model_name: str, overrides: list[str], config_files=(), build_model=None,
@@ -149,15 +172,22 @@ def build_engine(model_name: str, overrides: list[str], config_files=(), build_m
 def train(model_name: str, overrides: list[str], config_files=(),
           force_resume: bool = False) -> tuple[object, dict]:
     from zoo.core import hosts
+    from zoo.core.location_lease import check_owner, leased
     from zoo.core.run_folder import LOCATION_CONFIG, RunFolder
     from zoo.core.store import Store
 
+    family, _ = resolve(model_name)
     cfg, engine = build_engine(model_name, overrides, config_files, force_resume=force_resume)
     # The main host speaks for the run (the others only write their checkpoint shards).
-    main = hosts.current().main
-    with RunFolder(Path(cfg.out)).locked() if main else nullcontext():
-        if main:
-            config_lib.write_resolved(cfg, Path(cfg.out))
-            if cfg.checkpoint_dir:  # checkpoints elsewhere say which run they belong to
-                Store(cfg.checkpoint_dir).write_text(LOCATION_CONFIG, config_lib.to_yaml(cfg))
+    if not hosts.current().main:
         return cfg, engine.fit()
+    run = RunFolder(Path(cfg.out))
+    location = Store(cfg.checkpoint_location)
+    check_owner(location, run_identity(cfg, family))  # before the run folder is made
+    with run.locked():
+        run.ensure_run_id()
+        with leased(location, run_identity(cfg, family), cfg.checkpoint_lease_s):
+            config_lib.write_resolved(cfg, run.path)
+            if cfg.checkpoint_dir:  # checkpoints elsewhere say which run they belong to
+                location.write_text(LOCATION_CONFIG, config_lib.to_yaml(cfg))
+            return cfg, engine.fit()

@@ -4,6 +4,7 @@ elsewhere (`checkpoint_dir`, e.g. gs://bucket/run), which keep a copy of the run
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from pathlib import Path
 
@@ -24,7 +25,9 @@ def load_run(path: str | Path):
         copy.flush()
         model_name = _model_name(text)
         family, cfg = load_run_config(model_name, [], [copy.name])
-    return family, cfg, Path(run_dir or cfg.out)
+    if run_dir:  # the folder given, not the `out` saved in it: a copied run reads its own
+        cfg = dataclasses.replace(cfg, out=run_dir)
+    return family, cfg, Path(cfg.out)
 
 
 def checkpoint_of(path: str | Path) -> str:
