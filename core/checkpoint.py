@@ -390,12 +390,25 @@ def check_writable(location) -> None:
     store = Store(location)
     probe = f".write-probe-{uuid.uuid4().hex}"
     try:
-        existed = store.exists()
+        made = _outermost_missing(store)
         store.write_text(probe, "zoo checks it can write checkpoints here\n")
-        store.remove("" if not existed else probe)  # leave nothing behind
+        if made:  # leave nothing behind
+            made.remove()
+        else:
+            store.remove(probe)
     except Exception as error:
         raise CheckpointError(f"cannot write checkpoints to {store}: "
                               f"{type(error).__name__}: {error}") from None
+
+
+def _outermost_missing(store: Store) -> Store | None:
+    """The outermost folder that writing into `store` creates on a local disk (None if
+    `store` exists; buckets have no folders to leave behind but `store` itself)."""
+    if store.exists():
+        return None
+    while store.local and store.parent.root != store.root and not store.parent.exists():
+        store = store.parent
+    return store
 
 
 def _remove_checkpoint(folder: Store) -> None:

@@ -211,6 +211,12 @@ def host_rows(process_index: int, local_batch_size: int) -> np.ndarray:
     return np.arange(first, first + local_batch_size)
 
 
+def check_seed(seed: int) -> None:
+    """For a data config: numpy seeds the shuffle and takes no negative seed."""
+    if seed < 0:
+        raise ValueError(f"data.shuffle_seed must be >= 0, not {seed}")
+
+
 class EpochOrder:
     """An endless order over `count` items, epoch after epoch, each epoch a permutation
     seeded by `seed + epoch`: position p -> item. Batches built from positions are a pure

@@ -99,6 +99,9 @@ class TrainConfig:
 
     def __post_init__(self):
         _check_location(self.checkpoint_dir)
+        if "://" in self.out:
+            raise ValueError(f"out {self.out}: a run folder in a bucket is not supported yet; "
+                             "use a local --out, with checkpoint_dir=gs://... for checkpoints")
         counts = ("steps", "global_batch_size", "grad_accum", "log_every", "checkpoint_every",
                   "keep_checkpoints")
         for name in counts:
@@ -331,7 +334,9 @@ class Engine:
         step = self.checkpointer.resume_step()  # one step for all hosts
         if step is None:
             return 0
+        before = _compile_count()  # restoring compiles small graphs: not the step's
         state = self.checkpointer.restore(self.model, self.optimizer, self.scheduler, step=step)
+        self.side_compiles += _compile_count() - before
         if self.hosts.main:
             print(f"resuming from step {state['step']} ({self.checkpointer.directory})")
         return state["data_position"]

@@ -27,8 +27,9 @@ class OptimConfig:
 
     def __post_init__(self):
         """Refuse numbers that would train to NaN (lr=inf) or diverge, before a model exists."""
-        for key in ("lr", "eps", "weight_decay", "grad_clip"):  # grad_clip 0: no clipping
-            value, positive = getattr(self, key), key in ("lr", "eps")
+        # lr 0 trains nothing (a frozen model, on purpose); grad_clip 0: no clipping
+        for key in ("lr", "eps", "weight_decay", "grad_clip"):
+            value, positive = getattr(self, key), key == "eps"
             if not math.isfinite(value) or value < 0 or (positive and value == 0):
                 bound = "> 0" if positive else ">= 0"
                 raise ValueError(f"optim.{key} must be a finite number {bound}, not {value}")

@@ -14,6 +14,18 @@ import uuid
 import fsspec
 
 
+def local_folder(path: str | os.PathLike, option: str) -> str:
+    """`path` for a command that writes a local folder; a URL there is refused in one line
+    (a path like gs://b/x would otherwise become a local folder named `gs:`)."""
+    from zoo.core.errors import UserError
+
+    path = os.fspath(path)
+    if "://" in path:
+        raise UserError(f"{option} {path}: this writes a local folder; give a local path, "
+                        f"then copy it to the bucket (gcloud storage cp -r PATH {path})")
+    return path
+
+
 class Store:
     def __init__(self, location: str | os.PathLike):
         location = os.fspath(location)

@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 from zoo.core.errors import UserError
+from zoo.core.store import local_folder
 from zoo.eval.tasks_check import resolve_tasks
 
 RESULTS_FILE = "eval_results.json"
@@ -32,6 +33,8 @@ def evaluate(checkpoint: str, tasks: str | None, *, num_fewshot: int | None = No
              limit: int | None = None, batch_size: int = 8, device: str = "cpu",
              out: str | None = None, data: str | None = None) -> tuple[list[tuple], Path]:
     """Score the model; returns (task, metric, value, stderr) rows and the results file."""
+    if out:
+        local_folder(out, "--out")  # before the model is scored, not after
     if "://" in checkpoint:
         raise UserError(f"zoo eval reads local folders; pass the run folder of {checkpoint} "
                         "(its config says where its checkpoints are), or zoo export it first")

@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 from zoo.core.errors import UserError
+from zoo.core.store import local_folder
 
 MAX_SHARD_SIZE = "2GB"
 
@@ -20,7 +21,7 @@ def export(checkpoint: str | Path, out: str | Path) -> Path:
     from zoo.core.checkpoint import load_checkpoint
     from zoo.saved_run import checkpoint_of, load_run
 
-    out = Path(out)
+    out = Path(local_folder(out, "zoo export OUT"))
     if out.exists():
         raise UserError(f"{out} already exists; remove it or choose another output folder")
     family, cfg, _ = load_run(checkpoint)

@@ -264,7 +264,9 @@ def bench(mfu, suite, models, tpu, steps, out, compare, baseline, tolerance, pro
 
     from zoo.benchmarks import harness, report
     from zoo.benchmarks.suite import load_suite
+    from zoo.core.store import local_folder
 
+    local_folder(out, "--out")
     entries = load_suite(suite)
     if models:
         wanted = set(models.split(","))

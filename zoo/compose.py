@@ -5,9 +5,11 @@ or data is loaded."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import os
+import shutil
 from pathlib import Path
 
 from zoo.core import config as config_lib
@@ -171,23 +173,52 @@ def build_engine(model_name: str, overrides: list[str], config_files=(), build_m
 
 def train(model_name: str, overrides: list[str], config_files=(),
           force_resume: bool = False) -> tuple[object, dict]:
-    from zoo.core import hosts
-    from zoo.core.location_lease import check_owner, leased
-    from zoo.core.run_folder import LOCATION_CONFIG, RunFolder
-    from zoo.core.store import Store
+    from zoo.core.run_folder import RunFolder
 
     family, _ = resolve(model_name)
     cfg, engine = build_engine(model_name, overrides, config_files, force_resume=force_resume)
-    # The main host speaks for the run (the others only write their checkpoint shards).
-    if not hosts.current().main:
-        return cfg, engine.fit()
     run = RunFolder(Path(cfg.out))
-    location = Store(cfg.checkpoint_location)
-    check_owner(location, run_identity(cfg, family))  # before the run folder is made
-    with run.locked():
-        run.ensure_run_id()
-        with leased(location, run_identity(cfg, family), cfg.checkpoint_lease_s):
-            config_lib.write_resolved(cfg, run.path)
-            if cfg.checkpoint_dir:  # checkpoints elsewhere say which run they belong to
-                location.write_text(LOCATION_CONFIG, config_lib.to_yaml(cfg))
+    fresh = not run.path.exists()
+    try:
+        with contextlib.ExitStack() as held:
+            _hold_run(cfg, run, family, held)
             return cfg, engine.fit()
+    except BaseException:
+        if fresh and not _logged_a_step(run):  # a failed start leaves no run folder
+            shutil.rmtree(run.path, ignore_errors=True)
+        raise
+
+
+def _logged_a_step(run) -> bool:
+    return run.metrics.exists() and run.metrics.stat().st_size > 0
+
+
+def _hold_run(cfg, run, family: ModelFamily, held: contextlib.ExitStack) -> None:
+    """The main host takes the run folder and the checkpoint location (refused in one line
+    while another run holds them) and writes the run's config; every host learns whether
+    it did, so a refusal on the main host ends the others too instead of leaving them
+    waiting for it."""
+    from zoo.core import hosts as hosts_lib
+    from zoo.core.location_lease import check_owner, leased
+    from zoo.core.run_folder import LOCATION_CONFIG
+    from zoo.core.store import Store
+
+    hosts = hosts_lib.current()
+    refusal = None
+    if hosts.main:  # the others only write their checkpoint shards
+        location = Store(cfg.checkpoint_location)
+        try:
+            check_owner(location, run_identity(cfg, family))  # before the run folder is made
+            held.enter_context(run.locked())
+            run.ensure_run_id()
+            held.enter_context(leased(location, run_identity(cfg, family),
+                                      cfg.checkpoint_lease_s))
+        except UserError as error:
+            refusal = error
+    if hosts.any(refusal is not None):
+        raise refusal or UserError("the main host refused to start this run; its output "
+                                   "says why")
+    if hosts.main:
+        config_lib.write_resolved(cfg, run.path)
+        if cfg.checkpoint_dir:  # checkpoints elsewhere say which run they belong to
+            location.write_text(LOCATION_CONFIG, config_lib.to_yaml(cfg))

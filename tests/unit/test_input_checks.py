@@ -15,8 +15,8 @@ from zoo.scaffold import check_not_shadowing
 
 
 @pytest.mark.parametrize("fields, message", [
-    ({"lr": float("inf")}, "optim.lr must be a finite number > 0, not inf"),
-    ({"lr": 0.0}, "optim.lr must be a finite number > 0, not 0.0"),
+    ({"lr": float("inf")}, "optim.lr must be a finite number >= 0, not inf"),
+    ({"lr": -1e-3}, "optim.lr must be a finite number >= 0, not -0.001"),
     ({"eps": float("nan")}, "optim.eps must be a finite number > 0, not nan"),
     ({"weight_decay": -1.0}, "optim.weight_decay must be a finite number >= 0"),
     ({"grad_clip": float("inf")}, "optim.grad_clip must be a finite number >= 0"),
@@ -28,8 +28,8 @@ def test_optimizer_numbers_are_refused(fields, message):
         OptimConfig(**fields)
 
 
-def test_zero_weight_decay_grad_clip_and_beta_are_allowed():
-    OptimConfig(weight_decay=0.0, grad_clip=0.0, betas=[0.0, 0.0])
+def test_zero_lr_weight_decay_grad_clip_and_beta_are_allowed():
+    OptimConfig(lr=0.0, weight_decay=0.0, grad_clip=0.0, betas=[0.0, 0.0])  # lr 0: frozen
 
 
 @pytest.mark.parametrize("fields, message", [

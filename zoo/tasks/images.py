@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from zoo.core.data import EpochOrder, host_rows
+from zoo.core.data import EpochOrder, check_seed, host_rows
 from zoo.core.errors import UserError
 from zoo.core.inputs import host_batch_size
 
@@ -35,6 +35,9 @@ class ImageDataConfig:
     train_split: str = "train"
     eval_split: str = "validation"  # imagefolder calls the val/ folder "validation"
     shuffle_seed: int = 0
+
+    def __post_init__(self):
+        check_seed(self.shuffle_seed)
 
 
 def load_splits(config: ImageDataConfig) -> dict:

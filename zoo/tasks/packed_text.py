@@ -29,7 +29,15 @@ import numpy as np
 from tqdm import tqdm
 
 from zoo.core import data
-from zoo.core.data import BUILDERS, IGNORE_INDEX, DataError, EpochOrder, host_rows, load_tokenizer
+from zoo.core.data import (
+    BUILDERS,
+    IGNORE_INDEX,
+    DataError,
+    EpochOrder,
+    check_seed,
+    host_rows,
+    load_tokenizer,
+)
 from zoo.core.inputs import host_batch_size
 from zoo.tasks import token_cache
 
@@ -51,6 +59,7 @@ class DataConfig:
     max_documents: int | None = None  # stop after this many documents (a stream may not end)
 
     def __post_init__(self):
+        check_seed(self.shuffle_seed)
         if self.max_documents is not None and self.max_documents < 1:
             raise ValueError(f"data.max_documents must be at least 1, got {self.max_documents}")
 

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from zoo.core.config import check_sizes
-from zoo.core.data import IGNORE_INDEX, EpochOrder, check_vocab, host_rows, load_table
+from zoo.core.data import IGNORE_INDEX, EpochOrder, check_seed, check_vocab, host_rows, load_table
 from zoo.core.engine import TrainConfig
 from zoo.core.errors import UserError
 from zoo.core.inputs import host_batch_size
@@ -46,6 +46,9 @@ class Seq2SeqDataConfig:
     subset: str | None = None
     tokenizer: str = "default"  # "default" = core/assets/tokenizer, a local dir or a Hub name
     shuffle_seed: int = 0
+
+    def __post_init__(self):
+        check_seed(self.shuffle_seed)
 
 
 @dataclasses.dataclass
