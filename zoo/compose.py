@@ -149,11 +149,11 @@ def build_engine(model_name: str, overrides: list[str], config_files=(), build_m
             raise UserError(f"{family.name} cannot load Hugging Face checkpoints (--init-from)")
         cfg = dataclasses.replace(cfg, model=family.config_from_hf(cfg.init_from))
     cfg = family.task.resolve(cfg)
-    if not force_resume:
-        check_resumable(cfg)
     from zoo.core.checkpoint import check_writable
 
-    check_writable(cfg.checkpoint_location)
+    check_writable(cfg.checkpoint_location)  # first: a bucket out of reach fails in seconds
+    if not force_resume:
+        check_resumable(cfg)
     runtime.configure()
     from zoo.core.sharding import ShardingRules
 

@@ -89,3 +89,4 @@ def test_a_damaged_lease_says_so(tmp_path):
     with pytest.raises(UserError, match="lease.json is damaged"):
         with leased(location, ME, timeout_s=60):
             pass
+
