@@ -217,3 +217,14 @@ def test_a_damaged_newest_checkpoint_is_set_aside_and_the_run_resumes_exactly(
     assert "step-00000012 is damaged" in rerun.stderr and "resuming from step 8" in rerun.stdout
     assert (run / "checkpoints" / "step-00000012.damaged" / shard.name).is_file()  # kept
     assert losses(run) == losses(reference_run[0])  # steps 9-12 again, identical
+
+
+def test_a_copied_run_folder_reads_its_own_checkpoints(reference_run, tmp_path):
+    """The config's saved `out:` names the original folder; a copy (or a moved run) must
+    export and sample its own checkpoints, not the original's."""
+    from zoo.saved_run import checkpoint_of, load_run
+
+    copy = tmp_path / "copy"
+    shutil.copytree(reference_run[0], copy)
+    assert load_run(copy)[2] == copy
+    assert checkpoint_of(copy) == str(copy / "checkpoints" / "step-00000012")
