@@ -26,6 +26,11 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except UserError as error:
             raise click.ClickException(str(error)) from None
+        except click.UsageError as error:  # one line too, naming where the help is
+            command = error.ctx.command_path if error.ctx else "zoo"
+            one_line = click.ClickException(f"{error.format_message()} (see {command} --help)")
+            one_line.exit_code = error.exit_code
+            raise one_line from None
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

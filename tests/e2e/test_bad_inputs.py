@@ -97,6 +97,11 @@ CASES = [
     (["plan", "nosuch", "--tpu", "v4-8"], "unknown model 'nosuch'"),
     (["topology", "nope"], "unknown slice type 'nope'"),
     # run folders and checkpoints
+    # command-line usage
+    (["train"], "Missing argument 'MODEL'. (see zoo train --help)"),
+    (["generate", "{d}/run", "--prompt", "hi", "--max-new-tokens", "abc"],
+     "'abc' is not a valid integer. (see zoo generate --help)"),
+    (["nosuchcommand"], "No such command 'nosuchcommand'. (see zoo --help)"),
     # outputs and checkpoint locations that are URLs, and how a run treats its numbers
     (["export", "{d}/run", "gs://b/hf"], "zoo export OUT gs://b/hf: this writes a local folder"),
     (["eval", "{d}/run", "--tasks", "arc_easy_sample", "--out", "gs://b/ev"],
