@@ -1,4 +1,9 @@
-"""Sample text from a trained run or checkpoint on the host CPU (no torch_xla needed)."""
+"""Sample text from a trained run or checkpoint on the host CPU (no torch_xla needed).
+
+A family with a Hugging Face class generates through transformers' `generate`, whose KV
+cache makes each new token cost one position (a long generation is linear in its length);
+a family without one (a new model before its export is written) runs its own model over the
+whole sequence for every token."""
 
 from __future__ import annotations
 
@@ -11,10 +16,10 @@ from zoo.core.errors import UserError
 
 
 def load_for_generation(path: str | Path, prompt: str = "", max_new_tokens: int = 0):
-    """(model in eval mode, tokenizer) from a run folder or one of its checkpoints; before
-    any weights are read, refused unless the model makes text and has positions for the
-    prompt and `max_new_tokens` more (past them it fails or, without a KV cache, runs for
-    hours)."""
+    """(model in eval mode, tokenizer) from a run folder or one of its checkpoints: the
+    family's transformers class where it has one, else its own model. Before any weights are
+    read, refused unless the model makes text and has positions for the prompt and
+    `max_new_tokens` more."""
     from zoo.core.checkpoint import load_checkpoint
     from zoo.core.data import load_tokenizer
     from zoo.saved_run import checkpoint_of, load_run
@@ -25,8 +30,16 @@ def load_for_generation(path: str | Path, prompt: str = "", max_new_tokens: int 
                         "continues prompts with causal language models only")
     tokenizer = load_tokenizer(cfg.data.tokenizer)
     check_positions(cfg.model, len(tokenizer(prompt).input_ids), max_new_tokens)
-    model = family.build(cfg.model, init=False)
-    model.load_state_dict(load_checkpoint(checkpoint_of(path)))
+    weights = load_checkpoint(checkpoint_of(path))
+    if family.hf_class is None:
+        model = family.build(cfg.model, init=False)
+        model.load_state_dict(weights)
+        return model.eval(), tokenizer
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()  # weights from memory: no progress
+    hf_class = getattr(transformers, family.hf_class)
+    model = hf_class.from_pretrained(None, config=family.hf_config(cfg.model), state_dict=weights)
     return model.eval(), tokenizer
 
 
@@ -65,21 +78,37 @@ def generate(
 ) -> str:
     """Greedy when temperature is 0, else top-k (0 = all) sampling at that temperature."""
     ids = tokenizer(prompt, return_tensors="pt").input_ids
-    generator = torch.Generator().manual_seed(seed)
-    for _ in range(max_new_tokens):
-        logits = model(ids)[0, -1].float()
-        if not logits.isfinite().all():
-            raise UserError("the model's outputs are not finite numbers (its weights "
-                            "diverged?); sample from an earlier checkpoint")
-        if temperature <= 0:
-            token = logits.argmax()
-        else:
-            if top_k:
-                threshold = logits.topk(min(top_k, logits.numel())).values[-1]
-                logits = logits.masked_fill(logits < threshold, float("-inf"))
-            probs = (logits / temperature).softmax(-1)
-            token = torch.multinomial(probs, 1, generator=generator)[0]
-        ids = torch.cat([ids, token.view(1, 1)], dim=1)
-        if token.item() == tokenizer.eos_token_id:
-            break
+    torch.manual_seed(seed)
+    if hasattr(model, "generate"):  # a transformers model: with its KV cache
+        from transformers import GenerationConfig, LogitsProcessorList
+
+        sampling = {"do_sample": True, "temperature": temperature, "top_k": top_k} \
+            if temperature > 0 else {"do_sample": False}
+        ids = model.generate(
+            ids, attention_mask=torch.ones_like(ids),
+            generation_config=GenerationConfig(
+                max_new_tokens=max_new_tokens, eos_token_id=tokenizer.eos_token_id,
+                pad_token_id=tokenizer.pad_token_id, **sampling),
+            logits_processor=LogitsProcessorList([_refuse_non_finite]))
+    else:
+        for _ in range(max_new_tokens):
+            logits = _refuse_non_finite(ids, model(ids)[:, -1].float())[0]
+            if temperature <= 0:
+                token = logits.argmax()
+            else:
+                if top_k:
+                    threshold = logits.topk(min(top_k, logits.numel())).values[-1]
+                    logits = logits.masked_fill(logits < threshold, float("-inf"))
+                token = torch.multinomial((logits / temperature).softmax(-1), 1)[0]
+            ids = torch.cat([ids, token.view(1, 1)], dim=1)
+            if token.item() == tokenizer.eos_token_id:
+                break
     return tokenizer.decode(ids[0], skip_special_tokens=True)
+
+
+def _refuse_non_finite(ids, scores):
+    """The next token's scores, unless they are not finite numbers (weights that diverged)."""
+    if not scores.isfinite().all():
+        raise UserError("the model's outputs are not finite numbers (its weights "
+                        "diverged?); sample from an earlier checkpoint")
+    return scores

@@ -68,10 +68,19 @@ def test_training_on_the_teaching_text_is_measured_by_eval(cpu_eval):
     assert trained["hellaswag_sample"] > untrained["hellaswag_sample"]
 
 
+def zoo_model(run):
+    """The zoo family's own model with the run's latest weights."""
+    from zoo.core.checkpoint import load_checkpoint
+    from zoo.saved_run import checkpoint_of, load_run
+
+    family, cfg, _ = load_run(run)
+    model = family.build(cfg.model, init=False)
+    model.load_state_dict(load_checkpoint(checkpoint_of(run)))
+    return model.eval()
+
+
 def test_export_loads_in_transformers_and_gives_the_zoo_logits(runs):
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from zoo.generate import load_for_generation
 
     out = runs["tmp"] / "export"
     result = zoo("export", str(runs["trained"]), str(out))
@@ -83,12 +92,26 @@ def test_export_loads_in_transformers_and_gives_the_zoo_logits(runs):
     tokenizer = AutoTokenizer.from_pretrained(out)
     assert (tokenizer.bos_token, tokenizer.eos_token, tokenizer.pad_token) == (
         "<|begin_of_text|>", "<|end_of_text|>", "<|pad|>")
-    zoo_model, _ = load_for_generation(runs["trained"])
     ids = tokenizer("Question: What color is a glimmerbeak?", return_tensors="pt").input_ids
     with torch.no_grad():
-        torch.testing.assert_close(hf(ids).logits, zoo_model(ids), rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(hf(ids).logits, zoo_model(runs["trained"])(ids), rtol=1e-4,
+                                   atol=1e-4)
     again = zoo("export", str(runs["trained"]), str(out))
     assert again.returncode != 0 and "already exists" in again.stderr
+
+
+def test_generation_with_the_kv_cache_continues_as_the_zoo_model_does(runs):
+    """zoo generate runs transformers' cached generation: the same tokens, greedy or sampled
+    with one seed, as the zoo model recomputing the whole sequence for every token."""
+    from zoo.generate import generate, load_for_generation
+
+    cached, tokenizer = load_for_generation(runs["trained"])
+    assert type(cached).__name__ == "LlamaForCausalLM"
+    own = zoo_model(runs["trained"])
+    for temperature, top_k in ((0.0, 0), (0.8, 40)):
+        texts = [generate(model, tokenizer, "Question: What color", 24, temperature, top_k,
+                          seed=3) for model in (cached, own)]
+        assert texts[0] == texts[1] and len(texts[0]) > len("Question: What color")
 
 
 @pytest.mark.slow  # lm-eval's CLI on our export; by default our two backends are compared
