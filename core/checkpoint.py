@@ -49,9 +49,7 @@ import contextlib
 import copy
 import io
 import json
-import logging
 import sys
-import threading
 import uuid
 import warnings
 from itertools import zip_longest
@@ -64,12 +62,11 @@ from zoo.core.hosts import Hosts
 from zoo.core.hosts import current as current_hosts
 from zoo.core.remat import unstack_weights
 from zoo.core.run_folder import step_dir_name, step_of
-from zoo.core.store import Store
+from zoo.core.store import Store, answered, reason
 
 WEIGHTS_FILE = "model.safetensors"
 _META_FILE = "meta.json"
 _TRAINER_FILE = "trainer.pt"
-PROBE_TIMEOUT_S = 5  # check_writable waits this long for a bucket
 
 
 class CheckpointError(UserError):
@@ -389,59 +386,33 @@ def _full_weights(model) -> dict[str, torch.Tensor]:
 
 def check_writable(location) -> None:
     """Fail in one line, before anything is built, when checkpoints cannot be written at
-    `location` (no bucket, no credentials, no network, a read-only disk, a file in the way).
-    A bucket that does not answer within PROBE_TIMEOUT_S is not waited for: gcsfs retries
-    an unreachable host for about a minute, logging a traceback for each attempt."""
-    outcome: list = []
+    `location` (no bucket, no credentials, no network, a read-only disk, a file in the way),
+    within PROBE_TIMEOUT_S for a bucket that does not answer."""
 
     def probe() -> None:  # opening a bucket's filesystem looks for credentials: in here too
+        store = Store(location)
+        made = _outermost_missing(store)
         name = f".write-probe-{uuid.uuid4().hex}"
-        try:
-            store = Store(location)
-            made = _outermost_missing(store)
-            store.write_text(name, "zoo checks it can write checkpoints here\n")
-            if made:  # leave nothing behind
-                made.remove()
-            else:
-                store.remove(name)
-            outcome.append(None)
-        except Exception as error:
-            outcome.append(error)
+        store.write_text(name, "zoo checks it can write checkpoints here\n")
+        if made:  # leave nothing behind
+            made.remove()
+        else:
+            store.remove(name)
 
-    with _quiet_storage_logs():
-        worker = threading.Thread(target=probe, daemon=True)  # a stuck one dies with us
-        worker.start()
-        worker.join(PROBE_TIMEOUT_S)
-    if not outcome:
-        raise CheckpointError(f"cannot write checkpoints to {location}: no answer in "
-                              f"{PROBE_TIMEOUT_S} s; check the network, the bucket name and "
-                              "credentials (the VM's service account, or gcloud auth "
-                              "application-default login)")
-    if outcome[0] is not None:
-        raise CheckpointError(f"cannot write checkpoints to {location}: "
-                              f"{type(outcome[0]).__name__}: {outcome[0]}")
-
-
-@contextlib.contextmanager
-def _quiet_storage_logs():
-    """gcsfs logs every failed attempt with its traceback; the one-line error says it all."""
-    loggers = [logging.getLogger(name) for name in ("gcsfs", "fsspec")]
-    levels = [logger.level for logger in loggers]
-    for logger in loggers:
-        logger.setLevel(logging.CRITICAL)
     try:
-        yield
-    finally:
-        for logger, level in zip(loggers, levels):
-            logger.setLevel(level)
+        answered(probe)
+    except Exception as error:
+        raise CheckpointError(f"cannot write checkpoints to {location}: "
+                              f"{reason(error)}") from None
 
 
 def _outermost_missing(store: Store) -> Store | None:
-    """The outermost folder that writing into `store` creates on a local disk (None if
-    `store` exists; buckets have no folders to leave behind but `store` itself)."""
+    """The outermost folder that writing into `store` creates on a disk (None if `store`
+    exists; buckets have no folders to leave behind but `store` itself)."""
     if store.exists():
         return None
-    while store.local and store.parent.root != store.root and not store.parent.exists():
+    on_disk = "file" in store.fs.protocol  # a path, or a file:// URL
+    while on_disk and store.parent.root != store.root and not store.parent.exists():
         store = store.parent
     return store
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import yaml
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
 from zoo.core.errors import UserError
@@ -29,12 +29,11 @@ class ConfigError(UserError):
 
 
 def load(schema: type[T], files=(), overrides=()) -> T:
-    """Merge schema defaults <- YAML files <- `key=value` overrides into a schema instance."""
+    """Merge schema defaults <- YAML files <- `key=value` overrides into a schema instance.
+    A file is a path, or (name, text) for a config read from elsewhere (a saved run's)."""
     cfg = OmegaConf.structured(schema)
-    for path in files:
-        if not Path(path).is_file():
-            raise ConfigError(f"config file {path} does not exist")
-        _merge(schema, cfg, _read_yaml(path), f"in {path}: ")
+    for source in files:
+        _merge(schema, cfg, _read_yaml(source), f"in {_name(source)}: ")
     bad = [o for o in overrides if "=" not in o or o.startswith("=")]
     if bad:
         raise ConfigError(f"override '{bad[0]}' is not key=value (e.g. mesh.tensor=2)")
@@ -47,21 +46,40 @@ def load(schema: type[T], files=(), overrides=()) -> T:
         raise ConfigError(str(error)) from None
 
 
-def _read_yaml(path):
+def parse_yaml(text: str, name: str) -> dict:
+    """A config's text as a dict; text that is not a YAML mapping fails in one line naming
+    the file it came from."""
     try:
-        return OmegaConf.load(path)
+        parsed = yaml.safe_load(text)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
         problem = getattr(error, "problem", None) or type(error).__name__
-        raise ConfigError(f"config file {path} is not valid YAML{where}: {problem}") from None
+        raise ConfigError(f"config file {name} is not valid YAML{where}: {problem}") from None
+    if not isinstance(parsed, dict | None):
+        raise ConfigError(f"config file {name} holds a {type(parsed).__name__}, not keys "
+                          "and values")
+    return parsed or {}
+
+
+def _read_yaml(source) -> DictConfig:
+    name, text = source if isinstance(source, tuple) else (source, None)
+    if text is None:
+        if not Path(name).is_file():
+            raise ConfigError(f"config file {name} does not exist")
+        text = Path(name).read_text()
+    return OmegaConf.create(parse_yaml(text, name))
+
+
+def _name(source) -> str:
+    return source[0] if isinstance(source, tuple) else str(source)
 
 
 def sets_key(key: str, files=(), overrides=()) -> bool:
     """Whether the user gave top-level `key` (in a YAML file or an override), as opposed to
     the schema's default: some defaults are then raised to suit the slice."""
     given = any(o.partition("=")[0] == key for o in overrides)
-    return given or any(key in (OmegaConf.load(path) or {}) for path in files)
+    return given or any(key in _read_yaml(source) for source in files)
 
 
 def _merge(schema, cfg, other, where: str) -> None:

@@ -14,7 +14,6 @@ import dataclasses
 import functools
 import signal
 import time
-from pathlib import Path
 
 import torch
 
@@ -44,7 +43,8 @@ from zoo.core.optim import (
 from zoo.core.precision import compute_in
 from zoo.core.profile import ProfileConfig, StepProfiler
 from zoo.core.remat import RematConfig, apply_remat
-from zoo.core.run_folder import RunFolder
+from zoo.core.run_folder import CHECKPOINTS
+from zoo.core.run_home import RunHome
 from zoo.core.sharding import ShardingRules, shard_model
 from zoo.core.task import Task
 
@@ -95,13 +95,11 @@ class TrainConfig:
 
     @property
     def checkpoint_location(self) -> str:
-        return self.checkpoint_dir or str(RunFolder(Path(self.out)).checkpoints)
+        return self.checkpoint_dir or RunHome(self.out).path(CHECKPOINTS)
 
     def __post_init__(self):
-        _check_location(self.checkpoint_dir)
-        if "://" in self.out:
-            raise ValueError(f"out {self.out}: a run folder in a bucket is not supported yet; "
-                             "use a local --out, with checkpoint_dir=gs://... for checkpoints")
+        _check_location("checkpoint_dir", self.checkpoint_dir)
+        _check_location("out", self.out)
         counts = ("steps", "global_batch_size", "grad_accum", "log_every", "checkpoint_every",
                   "keep_checkpoints")
         for name in counts:
@@ -137,7 +135,8 @@ class Engine:
         import torch_xla.runtime as xr
 
         self.config, self.task = config, task
-        self.run_dir = Path(config.out)
+        self.home = RunHome(config.out)  # the run folder, maybe in a bucket
+        self.run_dir = self.home.local
         self.topology = topology.parse(config.tpu)
         self.mesh = build_mesh(config.mesh)
         self.devices = xr.global_runtime_device_count()
@@ -252,7 +251,7 @@ class Engine:
         start = self.step = self._resume()
         peak, peak_note = self._peak_flops()
         logger = MetricsLogger(
-            self.run_dir,
+            self.home,
             self.config.steps,
             start,
             self.config.wandb,
@@ -352,6 +351,8 @@ class Engine:
             self.step, self.model, self.optimizer, self.scheduler, data_position=self.step
         )
         self.side_compiles += _compile_count() - before
+        if self.hosts.main:  # a run in a bucket: its metrics so far go with the checkpoint
+            self.home.push()
         if wait:
             self.checkpointer.wait()
 
@@ -374,22 +375,21 @@ class Engine:
         )
 
 
-def _check_location(url: str) -> None:
-    """A checkpoint_dir URL whose filesystem fsspec cannot use, or that does not outlive the
-    process, fails with the config."""
+def _check_location(key: str, url: str) -> None:
+    """A URL (for `out` or `checkpoint_dir`) whose filesystem fsspec cannot use, or that does
+    not outlive the process, fails with the config."""
     if "://" not in url:
         return
     import fsspec
 
     protocol = url.split("://", 1)[0]
     if protocol == "memory":
-        raise ValueError(f"checkpoint_dir {url}: an in-memory location vanishes when the run "
-                         "exits, and its checkpoints with it; use a local path or "
-                         "gs://bucket/path")
+        raise ValueError(f"{key} {url}: an in-memory location vanishes when the run exits, "
+                         "and its checkpoints with it; use a local path or gs://bucket/path")
     try:
         fsspec.get_filesystem_class(protocol)
     except (ValueError, ImportError) as error:
-        raise ValueError(f"checkpoint_dir {url}: {error}; use a local path or "
+        raise ValueError(f"{key} {url}: {error}; use a local path or "
                          "gs://bucket/path") from None
 
 

@@ -1,6 +1,7 @@
 """Where step metrics go: a progress bar, RUN/metrics.jsonl, TensorBoard scalars in RUN/tb,
 and wandb when configured.
-On a slice only the main host writes them (one voice); the others stay quiet.
+On a slice only the main host writes them (one voice); the others stay quiet. A run folder
+in a bucket gets them as they are logged (core/run_home.py).
 
 Values arrive from step closures, i.e. after the step graph ran, so reading them never
 forces an extra execution or breaks the graph.
@@ -11,12 +12,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
+import sys
 import uuid
 from pathlib import Path
 
 from tqdm import tqdm
 
 from zoo.core.run_folder import RunFolder
+from zoo.core.run_home import RunHome
 
 
 @dataclasses.dataclass
@@ -29,7 +33,7 @@ class WandbConfig:
 class MetricsLogger:
     def __init__(
         self,
-        run_dir: Path,
+        home: RunHome,
         total_steps: int,
         start_step: int,
         wandb: WandbConfig,
@@ -37,17 +41,16 @@ class MetricsLogger:
         unit: str = "tokens",
         main_host: bool = True,
     ):
-        self.unit = unit
-        self.path = RunFolder(Path(run_dir)).metrics
+        self.unit, self.home = unit, home
+        run = RunFolder(home.local)
         self.file = self.wandb_run = self.tensorboard = None
         if main_host:
-            _drop_records_after(self.path, start_step)  # a resumed run rewrites those steps
-            self.file = self.path.open("a")
-            self.wandb_run = start_wandb(wandb, run_dir, config)
+            _drop_records_after(run.metrics, start_step)  # a resumed run rewrites those steps
+            self.file = run.metrics.open("a")
+            self.wandb_run = start_wandb(wandb, home.local, config)
             from torch.utils.tensorboard import SummaryWriter
 
-            self.tensorboard = SummaryWriter(str(RunFolder(Path(run_dir)).tensorboard),
-                                             purge_step=start_step + 1)
+            self.tensorboard = SummaryWriter(str(run.tensorboard), purge_step=start_step + 1)
         self.bar = tqdm(
             total=total_steps, initial=start_step, desc="train", unit="step",
             dynamic_ncols=True, disable=not main_host,
@@ -77,6 +80,7 @@ class MetricsLogger:
         self.tensorboard.flush()
         if self.wandb_run is not None:
             self.wandb_run.log(metrics, step=metrics["step"])
+        self.home.push(throttled=True)
 
     def note(self, text: str) -> None:
         self.bar.write(text)
@@ -88,16 +92,36 @@ class MetricsLogger:
             self.tensorboard.close()
         if self.wandb_run is not None:
             self.wandb_run.finish()
+        if self.file is not None:
+            self.home.push()
 
 
 def _drop_records_after(path: Path, step: int) -> None:
+    """Keep the records up to `step`; a damaged line (a write cut short by a kill) is dropped
+    with a warning rather than ending the run."""
     if not path.exists():
         return
-    lines = path.read_text().splitlines(keepends=True)
-    kept = [line for line in lines if line.strip() and json.loads(line)["step"] <= step]
+    kept, damaged = [], 0
+    for line in path.read_text(errors="replace").splitlines():
+        record = _record(line)
+        if record is None:
+            damaged += bool(line.strip())
+        elif record["step"] <= step:
+            kept.append(line + "\n")
+    if damaged:
+        print(f"warning: {path}: dropped {damaged} damaged line{'s' * (damaged > 1)}",
+              file=sys.stderr)
     tmp = path.with_suffix(".tmp")
     tmp.write_text("".join(kept))
     tmp.replace(path)
+
+
+def _record(line: str) -> dict | None:
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) and isinstance(record.get("step"), int) else None
 
 
 def _fmt(value) -> str:
@@ -112,9 +136,14 @@ def start_wandb(config: WandbConfig, run_dir: Path, run_config: dict):
     import wandb
 
     id_file = RunFolder(Path(run_dir)).wandb_id
-    if not id_file.exists():
-        id_file.write_text(uuid.uuid4().hex[:12] + "\n")  # W&B ids: [a-z0-9]
-    identity = {"id": id_file.read_text().strip(), "resume": "allow"}
+    saved = id_file.read_text().strip() if id_file.exists() else None
+    if saved is None or not re.fullmatch(r"[a-z0-9]+", saved):
+        if saved is not None:
+            print(f"warning: {id_file} is damaged ({saved[:20]!r}); logging to a new W&B run",
+                  file=sys.stderr)
+        saved = uuid.uuid4().hex[:12]  # W&B ids: [a-z0-9]
+        id_file.write_text(saved + "\n")
+    identity = {"id": saved, "resume": "allow"}
 
     mode = config.mode
     if mode == "auto":

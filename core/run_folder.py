@@ -9,6 +9,9 @@
     RUN/wandb-run-id                the run's W&B id: restarts and evals continue that run
     RUN/tb/                         TensorBoard scalars of the logged metrics
     RUN/profile/                    an XLA profile of a step window, when one was asked for
+    RUN/eval_results.json           the latest `zoo eval` of the run
+
+RUN may be a bucket URL; it is then written in a local copy (core/run_home.py).
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from zoo.core.errors import UserError
 _STEP_DIR = re.compile(r"step-(\d+)")
 # a checkpoint location outside the run folder (checkpoint_dir) keeps the run's config here
 LOCATION_CONFIG = "run-config.yaml"
+RUN_CONFIG = "config.yaml"
+CHECKPOINTS = "checkpoints"
 
 
 def step_dir_name(step: int) -> str:
@@ -44,18 +49,9 @@ def step_of(folder_name: str) -> int | None:
 class RunFolder:
     path: Path
 
-    @classmethod
-    def containing(cls, path: str | Path) -> RunFolder:
-        """The run folder `path` is, or holds as one of its checkpoints (RUN/checkpoints/step-N)."""
-        path = Path(path)
-        for candidate in (cls(path), cls(path.parent.parent)):
-            if candidate.config.is_file():
-                return candidate
-        raise UserError(f"{path} is neither a run folder nor a checkpoint in one (no config.yaml)")
-
     @property
     def config(self) -> Path:
-        return self.path / "config.yaml"
+        return self.path / RUN_CONFIG
 
     @property
     def metrics(self) -> Path:
@@ -71,7 +67,7 @@ class RunFolder:
 
     @property
     def checkpoints(self) -> Path:
-        return self.path / "checkpoints"
+        return self.path / CHECKPOINTS
 
     def export(self, step: int) -> Path:
         return self.path / "hf" / step_dir_name(step)

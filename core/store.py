@@ -8,10 +8,71 @@ one object, as on a bucket (so `file://` is how tests stand in for gs:// across 
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
+import threading
 import uuid
+from pathlib import Path
 
 import fsspec
+
+PROBE_TIMEOUT_S = 5  # how long a first look at a bucket is waited for
+
+
+class Unanswered(TimeoutError):
+    pass
+
+
+def answered(look):
+    """`look()`'s result, or the error it raised, or Unanswered when it takes over
+    PROBE_TIMEOUT_S: gcsfs retries a host it cannot reach (no network, no
+    credentials) for about a minute, logging a traceback at each attempt. Runs on a daemon
+    thread, so a look still stuck ends with the process."""
+    outcome: list = []
+
+    def run() -> None:
+        try:
+            outcome.append((look(), None))
+        except Exception as error:
+            outcome.append((None, error))
+
+    with _quiet_storage_logs():
+        worker = threading.Thread(target=run, daemon=True)
+        worker.start()
+        worker.join(PROBE_TIMEOUT_S)
+    if not outcome:
+        raise Unanswered(f"no answer in {PROBE_TIMEOUT_S} s; check the network, the bucket "
+                           "name and credentials (the VM's service account, or gcloud auth "
+                           "application-default login)")
+    result, error = outcome[0]
+    if error is not None:
+        raise error
+    return result
+
+
+def reason(error: Exception) -> str:
+    """An error of `answered` in a few words."""
+    return str(error) if isinstance(error, Unanswered) else f"{type(error).__name__}: {error}"
+
+
+@contextlib.contextmanager
+def _quiet_storage_logs():
+    """gcsfs logs every failed attempt with its traceback; the one-line error says it all."""
+    loggers = [logging.getLogger(name) for name in ("gcsfs", "fsspec")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
+
+
+def cache_home() -> Path:
+    """zoo's cache on this machine's disk: $ZOO_CACHE, else ~/.cache/zoo."""
+    return Path(os.environ.get("ZOO_CACHE") or Path.home() / ".cache" / "zoo").expanduser()
 
 
 def local_folder(path: str | os.PathLike, option: str) -> str:

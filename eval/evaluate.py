@@ -20,10 +20,11 @@ from zoo.eval.tasks_check import resolve_tasks
 RESULTS_FILE = "eval_results.json"
 
 
-def model_folder(checkpoint: Path) -> Path:
-    """An HF folder as is; a run or checkpoint folder through the export cache."""
-    if (checkpoint / "config.json").is_file() and list(checkpoint.glob("*.safetensors")):
-        return checkpoint
+def model_folder(checkpoint: str | Path) -> Path:
+    """An HF folder as is; a run or checkpoint folder (a path or a URL) through the export
+    cache."""
+    if _hf_folder(checkpoint) and list(Path(checkpoint).glob("*.safetensors")):
+        return Path(checkpoint)
     from zoo.eval.export import cached_export
 
     return cached_export(checkpoint)
@@ -31,15 +32,14 @@ def model_folder(checkpoint: Path) -> Path:
 
 def evaluate(checkpoint: str, tasks: str | None, *, num_fewshot: int | None = None,
              limit: int | None = None, batch_size: int = 8, device: str = "cpu",
-             out: str | None = None, data: str | None = None) -> tuple[list[tuple], Path]:
-    """Score the model; returns (task, metric, value, stderr) rows and the results file."""
+             out: str | None = None, data: str | None = None) -> tuple[list[tuple], str]:
+    """Score the model; returns (task, metric, value, stderr) rows and where the results
+    file is (in the run's bucket for a run there)."""
     if out:
         local_folder(out, "--out")  # before the model is scored, not after
-    if "://" in checkpoint:
-        raise UserError(f"zoo eval reads local folders; pass the run folder of {checkpoint} "
-                        "(its config says where its checkpoints are), or zoo export it first")
-    path = Path(checkpoint)
-    if not path.exists():
+    # a run in a bucket (gs://, file://) is read where it is, exported into its local copy
+    path = checkpoint if "://" in checkpoint else Path(checkpoint)
+    if isinstance(path, Path) and not path.exists():
         raise UserError(f"{checkpoint} does not exist")
     family = family_of(path)
     backend = family.task.eval_backend if family else "causal"
@@ -53,6 +53,10 @@ def evaluate(checkpoint: str, tasks: str | None, *, num_fewshot: int | None = No
                             "arc_easy_sample,hellaswag_sample")
         names, manager = resolve_tasks(tasks)
         folder = model_folder(path)
+        if not (folder / "tokenizer_config.json").is_file():
+            raise UserError(f"{folder} has no tokenizer (a run trained on "
+                            "data.source=synthetic has none), and lm-eval scores text; "
+                            "evaluate a run trained on text")
         results = _lm_eval(folder, backend, device, batch_size, tasks=names,
                            task_manager=manager, num_fewshot=num_fewshot, limit=limit,
                            log_samples=True)
@@ -62,21 +66,32 @@ def evaluate(checkpoint: str, tasks: str | None, *, num_fewshot: int | None = No
             "results": results["results"], "versions": results.get("versions"),
             "loglikelihoods": per_choice_loglikelihoods(results.get("samples", {})),
         }
-    target = Path(out) if out else (path if folder == path else _run_dir(path))
+    home = None if folder == path else _run_home(path)  # scored from the export cache
+    target = Path(out) if out else (home.local if home else folder)
     target.mkdir(parents=True, exist_ok=True)
     record = {"checkpoint": str(path), "model_folder": str(folder), "device": device, **record}
     results_file = target / RESULTS_FILE
     results_file.write_text(json.dumps(record, indent=1, default=str))
-    _log_wandb(path, folder, rows)
-    return rows, results_file
+    if home:
+        _log_wandb(path, home, rows)
+        if not out:
+            home.push(RESULTS_FILE)
+            return rows, home.path(RESULTS_FILE)
+    return rows, str(results_file)
 
 
-def family_of(path: Path):
+def _hf_folder(path: str | Path) -> bool:
+    """A Hugging Face model folder on this disk (zoo's exports, or any other)."""
+    return "://" not in str(path) and (Path(path) / "config.json").is_file()
+
+
+def family_of(path: str | Path):
     """The zoo family of a run, checkpoint or exported folder; None for other HF folders."""
     from zoo.registry import FAMILIES, family
 
-    if (path / "config.json").is_file():
-        architectures = json.loads((path / "config.json").read_text()).get("architectures") or []
+    if _hf_folder(path):
+        config = Path(path) / "config.json"
+        architectures = json.loads(config.read_text()).get("architectures") or []
         for name in FAMILIES:
             if family(name).hf_class in architectures:
                 return family(name)
@@ -120,21 +135,21 @@ def per_choice_loglikelihoods(samples: dict) -> dict:
             for task, docs in samples.items()}
 
 
-def _run_dir(path: Path) -> Path:
+def _run_home(path: str | Path):
     from zoo.saved_run import load_run
 
     return load_run(path)[2]
 
 
-def _log_wandb(path: Path, folder: Path, rows: list[tuple]) -> None:
-    """When the run being evaluated logs to wandb, its eval scores go there too."""
-    if folder == path:
-        return
+def _log_wandb(path: str | Path, home, rows: list[tuple]) -> None:
+    """When the run being evaluated logs to wandb, its eval scores go to its W&B run."""
     from zoo.core.metrics import start_wandb
     from zoo.saved_run import load_run
 
-    _, cfg, run_dir = load_run(path)
-    run = start_wandb(cfg.wandb, run_dir, {"eval_of": str(path)})
+    cfg = load_run(path)[1]
+    home.fetch("wandb-run-id")  # a run in a bucket: the id its training used
+    run = start_wandb(cfg.wandb, home.local, {"eval_of": str(path)})
+    home.push("wandb-run-id")
     if run is not None:
         run.log({f"eval/{task}/{metric}": value for task, metric, value, _ in rows})
         run.finish()

@@ -58,12 +58,29 @@ def _write_weights(weights: dict, folder: Path) -> None:
         (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
 
 
+def _complete(folder: Path) -> bool:
+    """A Hugging Face folder with its config and every weights file it names."""
+    index = folder / "model.safetensors.index.json"
+    try:
+        shards = (set(json.loads(index.read_text())["weight_map"].values()) if index.is_file()
+                  else {"model.safetensors"})
+    except (ValueError, KeyError):
+        return False
+    return (folder / "config.json").is_file() and all((folder / s).is_file() for s in shards)
+
+
 def cached_export(checkpoint: str | Path) -> Path:
-    """Export a run's checkpoint once into RUN/hf/step-N and reuse it on later calls."""
+    """Export a run's checkpoint once into RUN/hf/step-N and reuse it on later calls (a run
+    in a bucket: in its local copy, and the export pushed to the bucket)."""
     from zoo.core.run_folder import RunFolder, step_of
     from zoo.core.store import Store
     from zoo.saved_run import checkpoint_of, load_run
 
     folder = checkpoint_of(checkpoint)
-    out = RunFolder(load_run(checkpoint)[2]).export(step_of(Store(folder).name))
-    return out if out.is_dir() else export(folder, out)
+    home = load_run(checkpoint)[2]
+    out = RunFolder(home.local).export(step_of(Store(folder).name))
+    if not _complete(out):  # never made, or damaged (a copy cut short): made again
+        shutil.rmtree(out, ignore_errors=True)
+        export(folder, out)
+        home.push(out.relative_to(home.local).as_posix())
+    return out

@@ -9,12 +9,11 @@ import contextlib
 import copy
 import dataclasses
 import os
-import shutil
-from pathlib import Path
 
 from zoo.core import config as config_lib
 from zoo.core import runtime, topology
 from zoo.core.errors import UserError
+from zoo.core.run_folder import RunFolder
 from zoo.registry import ModelFamily, resolve
 
 
@@ -94,14 +93,16 @@ def check_resumable(cfg) -> None:
     import yaml
 
     from zoo.core.checkpoint import complete_steps
-    from zoo.core.run_folder import RunFolder
+    from zoo.core.run_folder import CHECKPOINTS, RUN_CONFIG
+    from zoo.core.run_home import RunHome
 
-    run = RunFolder(Path(cfg.out))
-    if not run.config.is_file():
+    home = RunHome(cfg.out)
+    saved = home.read(RUN_CONFIG)
+    if saved is None:
         return
-    saved = yaml.safe_load(run.config.read_text())
+    saved = config_lib.parse_yaml(saved, home.path(RUN_CONFIG))
     # the folder given, not the `out` saved in it: a copied or moved run reads its own files
-    saved_location = saved.get("checkpoint_dir") or str(run.checkpoints)
+    saved_location = saved.get("checkpoint_dir") or home.path(CHECKPOINTS)
     saved_steps = complete_steps(saved_location)
     if not complete_steps(cfg.checkpoint_location):
         if saved_location != cfg.checkpoint_location and saved_steps:
@@ -121,13 +122,13 @@ def check_resumable(cfg) -> None:
                         "or --force-resume to continue that run with these")
 
 
-def run_identity(cfg, family: ModelFamily):
+def run_identity(cfg, family: ModelFamily, home, run_id: str | None):
     """Who this run is, as its checkpoint location records its owner."""
     from zoo.core.location_lease import RunIdentity
-    from zoo.core.run_folder import RunFolder
 
-    return RunIdentity(run_id=RunFolder(Path(cfg.out)).run_id(), model_name=cfg.model_name,
-                       family=family.name, out=os.path.abspath(cfg.out))
+    return RunIdentity(run_id=run_id and run_id.strip(), model_name=cfg.model_name,
+                       family=family.name,
+                       out=home.out if home.remote else os.path.abspath(home.out))
 
 
 def build_engine(model_name: str, overrides: list[str], config_files=(), build_model=None,
@@ -173,31 +174,33 @@ def build_engine(model_name: str, overrides: list[str], config_files=(), build_m
 
 def train(model_name: str, overrides: list[str], config_files=(),
           force_resume: bool = False) -> tuple[object, dict]:
-    from zoo.core.run_folder import RunFolder
-
     family, _ = resolve(model_name)
     cfg, engine = build_engine(model_name, overrides, config_files, force_resume=force_resume)
-    run = RunFolder(Path(cfg.out))
-    fresh = not run.path.exists()
+    with contextlib.ExitStack() as held:
+        _hold_run(cfg, engine.home, family, held)
+        return cfg, engine.fit()
+
+
+@contextlib.contextmanager
+def _undone_if_start_fails(home):
+    """A run folder this start made is removed again when the run fails before logging a
+    step: the local folder (or copy) at once, the bucket's folder only once the run holds
+    its checkpoint location, so a start refused there never removes another run's files."""
+    reach = {"remote": False}
     try:
-        with contextlib.ExitStack() as held:
-            _hold_run(cfg, run, family, held)
-            return cfg, engine.fit()
+        yield reach
     except BaseException:
-        if fresh and not _logged_a_step(run):  # a failed start leaves no run folder
-            shutil.rmtree(run.path, ignore_errors=True)
+        metrics = RunFolder(home.local).metrics
+        if not (metrics.exists() and metrics.stat().st_size > 0):
+            home.forget(remote=reach["remote"])
         raise
 
 
-def _logged_a_step(run) -> bool:
-    return run.metrics.exists() and run.metrics.stat().st_size > 0
-
-
-def _hold_run(cfg, run, family: ModelFamily, held: contextlib.ExitStack) -> None:
+def _hold_run(cfg, home, family: ModelFamily, held: contextlib.ExitStack) -> None:
     """The main host takes the run folder and the checkpoint location (refused in one line
-    while another run holds them) and writes the run's config; every host learns whether
-    it did, so a refusal on the main host ends the others too instead of leaving them
-    waiting for it."""
+    while another run holds them), brings a run in a bucket into its local copy and writes
+    the run's config; every host learns whether it did, so a refusal on the main host ends
+    the others too instead of leaving them waiting for it."""
     from zoo.core import hosts as hosts_lib
     from zoo.core.location_lease import check_owner, leased
     from zoo.core.run_folder import LOCATION_CONFIG
@@ -207,12 +210,19 @@ def _hold_run(cfg, run, family: ModelFamily, held: contextlib.ExitStack) -> None
     refusal = None
     if hosts.main:  # the others only write their checkpoint shards
         location = Store(cfg.checkpoint_location)
+        run = RunFolder(home.local)
+        fresh = not home.exists()
         try:
-            check_owner(location, run_identity(cfg, family))  # before the run folder is made
+            # before anything is made, as the run is where it lives
+            check_owner(location, run_identity(cfg, family, home, home.read("run-id")))
             held.enter_context(run.locked())
-            run.ensure_run_id()
-            held.enter_context(leased(location, run_identity(cfg, family),
+            undo = held.enter_context(_undone_if_start_fails(home)) if fresh else {}
+            home.pull()
+            held.enter_context(leased(location,
+                                      run_identity(cfg, family, home, run.ensure_run_id()),
                                       cfg.checkpoint_lease_s))
+            undo["remote"] = True
+            home.push()  # the run's identity is in the bucket before its first checkpoint
         except UserError as error:
             refusal = error
     if hosts.any(refusal is not None):
@@ -220,5 +230,6 @@ def _hold_run(cfg, run, family: ModelFamily, held: contextlib.ExitStack) -> None
                                    "says why")
     if hosts.main:
         config_lib.write_resolved(cfg, run.path)
+        home.push()
         if cfg.checkpoint_dir:  # checkpoints elsewhere say which run they belong to
             location.write_text(LOCATION_CONFIG, config_lib.to_yaml(cfg))

@@ -5,7 +5,8 @@ import time
 
 import pytest
 
-from zoo.core.checkpoint import PROBE_TIMEOUT_S, CheckpointError, check_writable
+from zoo.core.checkpoint import CheckpointError, check_writable
+from zoo.core.store import PROBE_TIMEOUT_S
 
 
 def test_a_bucket_out_of_reach_fails_in_seconds_and_quietly(capfd):

@@ -18,14 +18,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
 
+from zoo.core.errors import UserError
+from zoo.core.store import cache_home
+
 
 def cache_root(configured: str | None) -> Path:
-    root = configured or os.environ.get("ZOO_CACHE") or Path.home() / ".cache" / "zoo"
-    return Path(root).expanduser() / "tokens"
+    return (Path(configured).expanduser() if configured else cache_home()) / "tokens"
 
 
 def cache_key(parts) -> str:
@@ -33,15 +36,25 @@ def cache_key(parts) -> str:
 
 
 def load(root: Path, key: str) -> tuple[np.ndarray, dict] | None:
-    """(memory-mapped tokens, their metadata), or None when not cached."""
+    """(memory-mapped tokens, their metadata), or None when not cached; a damaged entry
+    (a disk that filled up, a copy cut short) is reported and tokenized again."""
     tokens, meta = root / f"{key}.npy", root / f"{key}.json"
     if not (tokens.is_file() and meta.is_file()):
         return None
-    return np.load(tokens, mmap_mode="r"), json.loads(meta.read_text())
+    try:
+        return np.load(tokens, mmap_mode="r"), json.loads(meta.read_text())
+    except (ValueError, OSError, EOFError) as error:
+        print(f"warning: the token cache {root / key}.* is damaged ({error}); tokenizing again",
+              file=sys.stderr)
+        return None
 
 
 def store(root: Path, key: str, tokens: np.ndarray, meta: dict) -> None:
-    root.mkdir(parents=True, exist_ok=True)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UserError(f"cannot write the token cache at {root} ({error.strerror}); set "
+                        "data.cache_dir or $ZOO_CACHE to a writable folder") from None
     suffix = f".tmp-{os.getpid()}"
     meta_tmp, tokens_tmp = root / f"{key}.json{suffix}", root / f"{key}.npy{suffix}"
     meta_tmp.write_text(json.dumps(meta))

@@ -1,0 +1,108 @@
+"""Files zoo reads back, damaged as a kill, a full disk or a hand edit leaves them: the run
+folder's config and metrics, checkpoint manifests and shards, the location's owner record,
+the W&B id, the token cache and the export cache. Each gives one line and a non-zero exit,
+or is repaired with a one-line warning; never a traceback. Each case damages its own copy of
+one trained run."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.support.runs import zoo
+
+STEP = "checkpoints/step-00000002"
+EXPORT = "hf/step-00000002"
+
+
+def write(name: str, text: str):
+    return lambda run: (run / name).write_text(text)
+
+
+def truncate(name: str, size: int):
+    def damage(run: Path):
+        with open(run / name, "r+b") as file:
+            file.truncate(size)
+    return damage
+
+
+def half_export(run: Path):
+    (run / EXPORT).mkdir(parents=True)
+    (run / EXPORT / "config.json").write_text("{}")  # its weights never arrived
+
+
+# (name, damage, command (RUN: the damaged copy), exit code, the line stderr ends with)
+CASES = [
+    ("config_not_yaml", write("config.yaml", "steps: [1, 2\n"), ["export", "RUN", "RUN-hf"],
+     1, "config.yaml is not valid YAML at line 2: expected ',' or ']'"),
+    ("config_a_list", write("config.yaml", "- 1\n"), ["generate", "RUN", "--prompt", "hi"],
+     1, "config.yaml holds a list, not keys and values"),
+    ("config_no_model", write("config.yaml", "steps: 3\n"), ["export", "RUN", "RUN-hf"],
+     1, "config.yaml names no model (model_name); it is not a zoo run config"),
+    ("config_unknown_key", write("config.yaml", "model_name: llama-tiny\nnosuch: 1\n"),
+     ["eval", "RUN", "--tasks", "arc_easy_sample"], 1,
+     "config.yaml: unknown config key 'nosuch'"),
+    ("manifest", write(f"{STEP}/manifest.json", "{"), ["export", "RUN", "RUN-hf"], 1,
+     "manifest.json is not readable; use an older checkpoint of the run"),
+    ("shard", truncate(f"{STEP}/__0_0.distcp", 100), ["export", "RUN", "RUN-hf"], 1,
+     "__0_0.distcp is 100 bytes"),
+    ("owner", write("checkpoints/owner.json", "{"),
+     ["train", "llama-tiny", "--steps", "3", "--out", "RUN"], 1,
+     "owner.json is damaged (not JSON); if no run is writing"),
+    ("metrics_cut_short", lambda run: (run / "metrics.jsonl").open("a").write('{"step": 3, "lo'),
+     ["train", "llama-tiny", "--steps", "3", "--out", "RUN"], 0,
+     "metrics.jsonl: dropped 1 damaged line"),
+    ("wandb_id", write("wandb-run-id", "{\n"),
+     ["train", "llama-tiny", "--steps", "3", "--out", "RUN", "wandb.project=zoo-tests",
+      "wandb.mode=offline"], 0,
+     "wandb-run-id is damaged ('{'); logging to a new W&B run"),
+    ("half_export", half_export, ["eval", "RUN", "--tasks", "arc_easy_sample", "--limit", "2"],
+     0, None),
+]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    root = tmp_path_factory.mktemp("damaged")
+    result = zoo("train", "llama-tiny", "--steps", "2", "checkpoint_every=2", "--out",
+                 str(root / "run"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return root / "run"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_a_damaged_file_gives_one_line(trained, tmp_path, case):
+    name, damage, command, code, line = case
+    run = tmp_path / name
+    shutil.copytree(trained, run)
+    damage(run)
+    result = zoo(*[arg.replace("RUN", str(run)) for arg in command])
+    assert result.returncode == code, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr + result.stdout
+    said = [text for text in result.stderr.splitlines()
+            if text.startswith(("Error:", "warning:"))]
+    if line is None:
+        assert said == []
+    else:
+        assert len(said) == 1 and line in said[0], said
+
+
+def test_damaged_token_caches_are_made_again_and_an_unusable_one_named(tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("ZOO_CACHE", str(cache))
+    args = ["train", "llama-tiny", "--steps", "1"]
+    assert zoo(*args, "--out", str(tmp_path / "a")).returncode == 0
+    (tokens,) = (cache / "tokens").glob("*.npy")
+    with open(tokens, "r+b") as file:
+        file.truncate(1000)
+    again = zoo(*args, "--out", str(tmp_path / "b"))
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "is damaged (mmap length is greater than file size); tokenizing again" in again.stderr
+    assert tokens.stat().st_size > 1000
+
+    (tmp_path / "a-file").write_text("not a folder")
+    monkeypatch.setenv("ZOO_CACHE", str(tmp_path / "a-file"))
+    refused = zoo(*args, "--out", str(tmp_path / "c"))
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert refused.stderr.strip().endswith("(Not a directory); set data.cache_dir or "
+                                           "$ZOO_CACHE to a writable folder")
