@@ -128,14 +128,8 @@ def _fmt(value) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
-def start_wandb(config: WandbConfig, run_dir: Path, run_config: dict):
-    """The run's one W&B run: its id is kept in the run folder, so a restart (after
-    preemption) and `zoo eval` continue it instead of starting new ones."""
-    if not config.project or config.mode == "disabled":
-        return None
-    import wandb
-
-    id_file = RunFolder(Path(run_dir)).wandb_id
+def wandb_run_id(id_file: Path) -> str:
+    """The run's W&B id, made on first use; a damaged one is replaced, with a warning."""
     saved = id_file.read_text().strip() if id_file.exists() else None
     if saved is None or not re.fullmatch(r"[a-z0-9]+", saved):
         if saved is not None:
@@ -143,7 +137,17 @@ def start_wandb(config: WandbConfig, run_dir: Path, run_config: dict):
                   file=sys.stderr)
         saved = uuid.uuid4().hex[:12]  # W&B ids: [a-z0-9]
         id_file.write_text(saved + "\n")
-    identity = {"id": saved, "resume": "allow"}
+    return saved
+
+
+def start_wandb(config: WandbConfig, run_dir: Path, run_config: dict):
+    """The run's one W&B run: its id is kept in the run folder, so a restart (after
+    preemption) and `zoo eval` continue it instead of starting new ones."""
+    if not config.project or config.mode == "disabled":
+        return None
+    import wandb
+
+    identity = {"id": wandb_run_id(RunFolder(Path(run_dir)).wandb_id), "resume": "allow"}
 
     mode = config.mode
     if mode == "auto":

@@ -55,7 +55,8 @@ def reference(tmp_path_factory):
 # Each host has its own run folder (its local disk). Checkpoints go either there too, each
 # host committing what it holds, or to one fsspec store all hosts share: a file:// URL, which
 # takes the code path of gs:// (whole-object writes, a commit marker, no renames).
-@pytest.mark.parametrize("store", ["local", "shared"])
+# by default the shared store (the bucket's code path); each host's own disk is `slow`
+@pytest.mark.parametrize("store", [pytest.param("local", marks=pytest.mark.slow), "shared"])
 def test_sigterm_on_one_host_saves_the_same_step_everywhere_and_resumes_exactly(
         tmp_path, monkeypatch, reference, store):
     monkeypatch.delenv("WANDB_API_KEY", raising=False)  # W&B offline

@@ -31,6 +31,7 @@ def test_expert_parallel_run_learns_with_one_compile_and_logs_the_router(trained
         assert record["loss"] > record["lm_loss"]  # + the weighted load-balancing loss
 
 
+@pytest.mark.slow  # the same resume path as llama's (tests/e2e/test_train.py), by default
 def test_sigkill_then_rerun_resumes_with_identical_losses(trained, tmp_path):
     kill_after_first_checkpoint_then_rerun(RUN, tmp_path / "run", first=4)
     assert losses(tmp_path / "run") == losses(trained)

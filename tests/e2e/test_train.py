@@ -140,6 +140,7 @@ def test_grad_accumulation_matches_one_big_batch(tmp_path):
         assert accumulated[step] == pytest.approx(loss, rel=1e-5), step
 
 
+@pytest.mark.slow  # by default tests/unit/test_precision.py follows bf16 against fp32
 def test_bf16_training_runs_and_learns(tmp_path):
     out = tmp_path / "run"
     result = zoo("train", "llama-tiny", "--tpu", "cpu-1", "--steps", "6", "--out", str(out),

@@ -35,6 +35,15 @@ REMATS = [
 ]
 # fp32; sharding only reorders reductions.
 XLA_TOL = {"rtol": 1e-4, "atol": 1e-5}
+# Families whose 1- and 4-device training workers (20-35 s each) run by default; the others'
+# are `slow`: their presets are checked on 8 devices against 1 (test_*_presets.py) and their
+# resumes end to end (tests/e2e) by default.
+TRAINED_BY_DEFAULT = ("llama", "mixtral")
+
+
+def trained(name: str, *rest):
+    marks = () if name in TRAINED_BY_DEFAULT else pytest.mark.slow
+    return pytest.param(name, *rest, marks=marks)
 
 
 @functools.cache
@@ -111,7 +120,7 @@ def worker_runs(tmp_path_factory):
     return runs
 
 
-@pytest.mark.parametrize("name,preset", PRESETS)
+@pytest.mark.parametrize("name,preset", [trained(*case) for case in PRESETS])
 def test_tiny_trains_equally_on_4_devices_and_1(worker_runs, name, preset):
     runs = worker_runs(name)
     single, sharded = runs[1]["presets"][name][preset], runs[4]["presets"][name][preset]
@@ -121,7 +130,7 @@ def test_tiny_trains_equally_on_4_devices_and_1(worker_runs, name, preset):
     assert sharded["actual_shards"] == {n: {s} for n, s in sharded["planned_shards"].items()}
 
 
-@pytest.mark.parametrize("name", FAMILIES)
+@pytest.mark.parametrize("name", [trained(name) for name in FAMILIES])
 def test_checkpoint_restores_exactly(worker_runs, name):
     result = worker_runs(name)[4]["checkpoints"][name]
     assert result["summary"]["last_step"] == 2
@@ -139,7 +148,7 @@ def loss_on_example(name: str, forward) -> torch.Tensor:
     return forward(fam.task.example_batch(run, seed=0))
 
 
-@pytest.mark.parametrize("name", [n for n in FAMILIES if family(n).hf_class])
+@pytest.mark.parametrize("name", [trained(n) for n in FAMILIES if family(n).hf_class])
 def test_export_loads_in_transformers_with_the_same_loss(worker_runs, name, tmp_path):
     from zoo.core.checkpoint import load_checkpoint
     from zoo.eval.export import export

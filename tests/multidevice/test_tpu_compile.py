@@ -2,8 +2,9 @@
 real slices, on this CPU-only machine: each fits, its FLOPs per chip agree with the
 analytic count, and the collectives its sharding implies are in the program.
 
-Default suite: every sharding and every remat preset of every dense family on v5p-8 (4
-chips), one preset per family on v6e-8 (8 chips) and v4-32 (16 chips on 4 hosts), mixtral
+Default suite: every sharding and every remat preset of llama and one preset of the other
+dense families on v5p-8 (4 chips), one preset per family on v6e-8 (8 chips), llama on v4-32
+(16 chips on 4 hosts), mixtral
 with and without expert parallelism and llama with context parallelism on v5p-8, and a
 plan that cannot fit (llama-70b replicated on v4-8). The full family x sharding x remat x
 slice matrix is `slow`."""
@@ -28,6 +29,7 @@ from zoo.core.tpu_compile import (
 
 WORKER = "tests.support.compile_worker"
 FAMILIES = ("llama", "t5", "vit")
+ON_V4_32 = ("llama",)  # 4 hosts; every family there is in the slow matrix
 SHARDINGS = {"fsdp": [], "fsdp_tensor": ["mesh.tensor=2"]}
 REMATS = ("none", "checkpoint", "scan", "scan_checkpoint")
 # every sharding and every remat preset once per family
@@ -117,19 +119,18 @@ def bf16_gradient_bytes(record: dict) -> float:
 
 @pytest.fixture(scope="module")
 def default_records(tmp_path_factory):
-    jobs = [("v5p-8", [case(f, s, r) for f in FAMILIES[:2] for s, r in DEFAULT_PRESETS]
-             + [EAGER_TENSOR]),
-            ("v5p-8", [case(FAMILIES[2], s, r) for s, r in DEFAULT_PRESETS]),
+    jobs = [("v5p-8", [case("llama", s, r) for s, r in DEFAULT_PRESETS] + [EAGER_TENSOR]),
+            ("v5p-8", [case(f, *DEFAULT_PRESETS[0]) for f in FAMILIES[1:]]),
             ("v6e-8", [case(f, "fsdp", "none") for f in FAMILIES]),
-            ("v4-32", [case(f, "fsdp", "none") for f in FAMILIES]),
+            ("v4-32", [case(f, "fsdp", "none") for f in ON_V4_32]),
             ("v4-8", [BAD_PLAN]),
             ("v5p-8", MIXTRAL + CONTEXT)]
     return compile_cases(jobs, tmp_path_factory.mktemp("compile"))
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_every_preset_compiles_and_fits_on_v5p_8(default_records, family):
-    presets = [case(family, s, r) for s, r in DEFAULT_PRESETS]
+def test_every_llama_preset_compiles_and_fits_on_v5p_8(default_records):
+    """(The other families' presets: test_full_matrix.)"""
+    presets = [case("llama", s, r) for s, r in DEFAULT_PRESETS]
     records = [r for r in default_records["v5p-8"] if r["case"] in presets]
     assert len(records) == len(DEFAULT_PRESETS)
     for record in records:
@@ -187,7 +188,7 @@ def test_one_preset_per_family_on_each_slice(default_records, slice_type):
     topo = parse(slice_type)
     records = [r for r in default_records[slice_type] if "sharding=fsdp" in r["case"][1]
                and "remat=none" in r["case"][1] and r["case"] not in MIXTRAL + CONTEXT]
-    assert len(records) == len(FAMILIES)
+    assert len(records) == len(ON_V4_32 if slice_type == "v4-32" else FAMILIES)
     for record in records:
         check_preset(record, None)
         assert record["chips"] == topo.chips and record["hosts"] == topo.hosts
