@@ -34,7 +34,22 @@ def read_config(name_or_path: str) -> dict:
     folder = local_dir(name_or_path)
     if not (folder / "config.json").is_file():
         raise UserError(f"{folder} has no config.json: not a Hugging Face checkpoint directory")
-    return json.loads((folder / "config.json").read_text())
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except ValueError as error:
+        raise UserError(f"{folder}/config.json is damaged (not JSON: {error})") from None
+    if not isinstance(config, dict):
+        raise UserError(f"{folder}/config.json holds no model config")
+    return config
+
+
+def check_architecture(name_or_path: str, expected: str) -> None:
+    """Refuse a checkpoint of another architecture before its config is read as ours (a
+    BertModel read as a Llama gets Llama's defaults: a 7B model built on the host)."""
+    found = read_config(name_or_path).get("architectures") or []
+    if found and expected not in found:
+        raise UserError(f"{name_or_path} holds a {', '.join(found)} checkpoint; this model "
+                        f"starts from {expected} checkpoints")
 
 
 def read_safetensors(folder: Path) -> dict[str, torch.Tensor]:

@@ -148,6 +148,9 @@ def build_engine(model_name: str, overrides: list[str], config_files=(), build_m
     if cfg.init_from:
         if family.load_hf is None:
             raise UserError(f"{family.name} cannot load Hugging Face checkpoints (--init-from)")
+        from zoo.core.hf import check_architecture
+
+        check_architecture(cfg.init_from, family.hf_class)
         cfg = dataclasses.replace(cfg, model=family.config_from_hf(cfg.init_from))
     cfg = family.task.resolve(cfg)
     from zoo.core.checkpoint import check_writable

@@ -20,6 +20,8 @@ FILES = {
     "no_tasks/base.yaml": "output_type: multiple_choice\n",
     "run/config.yaml": "model_name: llama-tiny\n",
     "t5run/config.yaml": "model_name: t5-tiny\n",
+    "hf_damaged/config.json": "{\n",
+    "hf_bert/config.json": '{"architectures": ["BertModel"], "model_type": "bert"}\n',
 }
 ZONE = ["--zone", "us-central2-b", "--dry-run"]
 CASES = [
@@ -110,6 +112,10 @@ CASES = [
     (["train", "llama-tiny", "out=memory://runs/x"], "out memory://runs/x: an in-memory location"),
     (["train", "llama-tiny", "out=nosuch://b/runs/x"], "out nosuch://b/runs/x: Protocol not"),
     (["train", "llama-tiny", "checkpoint_dir=memory://x"], "an in-memory location vanishes"),
+    (["train", "llama-tiny", "--init-from", "{d}/hf_damaged"],
+     "hf_damaged/config.json is damaged (not JSON"),
+    (["train", "llama-tiny", "--init-from", "{d}/hf_bert"],
+     "holds a BertModel checkpoint; this model starts from LlamaForCausalLM checkpoints"),
     (["train", "llama-tiny", "data.shuffle_seed=-1"], "data.shuffle_seed must be >= 0, not -1"),
     (["train", "llama-tiny", "nan_policy=ignore"], "nan_policy must be stop or skip, not ignore"),
     (["train", "llama-tiny", "checkpoint_lease_s=0"],
