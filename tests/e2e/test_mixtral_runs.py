@@ -55,6 +55,7 @@ def test_export_loads_in_transformers_with_our_logits(trained, tmp_path):
         torch.testing.assert_close(ours(ids), theirs(input_ids=ids).logits, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow  # llama's backends are compared by default (tests/e2e/test_eval.py)
 def test_eval_on_xla_matches_lm_evals_hf_backend(trained, tmp_path):
     scores = {}
     for device in ("cpu", "xla"):
