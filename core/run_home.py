@@ -23,6 +23,7 @@ import functools
 import hashlib
 import os
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -103,12 +104,19 @@ class RunHome:
             return
         self._last_push = time.monotonic()
         for name, file in _files([self.local / n for n in names] or [self.local], self.local):
-            stamp = _stamp(file)
-            if self._pushed.get(name) != stamp:
+            try:
+                stamp = _stamp(file)
+                if self._pushed.get(name) == stamp:
+                    continue
                 folder, _, base = name.rpartition("/")
                 (self.remote / folder if folder else self.remote).write_bytes(base,
                                                                                file.read_bytes())
                 self._pushed[name] = stamp
+            except FileNotFoundError:
+                continue  # gone since it was listed (a writer's temporary file)
+            except OSError as error:  # the bucket out of reach for a moment: the next push
+                print(f"warning: could not upload {name} to {self.out} ({error}); trying "
+                      "again at the next push", file=sys.stderr)
 
     def forget(self, remote: bool) -> None:
         """Remove the run's local folder (or copy), and with `remote` its bucket folder: a

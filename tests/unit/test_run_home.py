@@ -69,3 +69,19 @@ def test_forget_removes_the_bucket_folder_only_when_asked(home, tmp_path):
     assert not home.local.exists() and (bucket / "run-id").exists()
     home.forget(remote=True)
     assert not bucket.exists()
+
+
+def test_a_file_gone_or_an_upload_refused_does_not_stop_the_push(home, tmp_path, capsys):
+    bucket = tmp_path / "bucket" / "run"
+    home.local.mkdir(parents=True)
+    (home.local / "wandb").mkdir()
+    (home.local / "wandb" / "debug.log").symlink_to(home.local / "gone")  # dangling
+    (home.local / "metrics.jsonl").write_text('{"step": 1}\n')
+    bucket.parent.mkdir(parents=True)
+    bucket.write_text("a file where the run folder should be")  # every upload refused
+    home.push()
+    assert "warning: could not upload metrics.jsonl" in capsys.readouterr().err
+    bucket.unlink()
+    home.push()  # refused ones go at the next push
+    assert (bucket / "metrics.jsonl").read_text() == '{"step": 1}\n'
+    assert not (bucket / "wandb" / "debug.log").exists()
