@@ -31,7 +31,12 @@ from zoo.core.errors import UserError
 _STEP_DIR = re.compile(r"step-(\d+)")
 # a checkpoint location outside the run folder (checkpoint_dir) keeps the run's config here
 LOCATION_CONFIG = "run-config.yaml"
+# the run folder's file names, for code that reads them where the run lives (core/run_home.py)
 RUN_CONFIG = "config.yaml"
+METRICS = "metrics.jsonl"
+RUN_ID = "run-id"
+WANDB_ID = "wandb-run-id"
+LOCK = ".lock"
 CHECKPOINTS = "checkpoints"
 
 
@@ -55,11 +60,11 @@ class RunFolder:
 
     @property
     def metrics(self) -> Path:
-        return self.path / "metrics.jsonl"
+        return self.path / METRICS
 
     @property
     def wandb_id(self) -> Path:
-        return self.path / "wandb-run-id"
+        return self.path / WANDB_ID
 
     @property
     def tensorboard(self) -> Path:
@@ -74,11 +79,11 @@ class RunFolder:
 
     @property
     def lock_file(self) -> Path:
-        return self.path / ".lock"
+        return self.path / LOCK
 
     @property
     def run_id_file(self) -> Path:
-        return self.path / "run-id"
+        return self.path / RUN_ID
 
     def run_id(self) -> str | None:
         """The run's identity, None before its first training step (a fresh folder)."""

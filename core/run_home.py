@@ -27,13 +27,13 @@ import sys
 import time
 from pathlib import Path
 
-from zoo.core.run_folder import RUN_CONFIG
+from zoo.core.run_folder import LOCK, METRICS, RUN_CONFIG, RUN_ID, WANDB_ID
 from zoo.core.store import Store, cache_home
 
 # what a resumed run reads back: its config, its metrics so far, its identities
-CONTINUED = (RUN_CONFIG, "metrics.jsonl", "run-id", "wandb-run-id")
+CONTINUED = (RUN_CONFIG, METRICS, RUN_ID, WANDB_ID)
 PUSH_EVERY_S = 30.0
-_NEVER_PUSHED = (".lock",)  # this VM's lock: the checkpoint location's lease guards the bucket
+_NEVER_PUSHED = (LOCK,)  # this VM's lock: the checkpoint location's lease guards the bucket
 
 
 class RunHome:
@@ -87,15 +87,14 @@ class RunHome:
         for name in CONTINUED:
             self.fetch(name)
 
-    def fetch(self, name: str) -> bool:
-        """Copy one file of the run in a bucket into the local copy; whether there was one."""
+    def fetch(self, name: str) -> None:
+        """Copy one file of a run in a bucket into the local copy, when the bucket has it."""
         if not self.remote or not self.remote.exists(name):
-            return False
+            return
         target = self.local / name
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(self.remote.read_bytes(name))
         self._pushed[name] = _stamp(target)
-        return True
 
     def push(self, *names: str, throttled: bool = False) -> None:
         """Upload what changed in the local copy, or only in its files and folders `names`;

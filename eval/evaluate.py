@@ -66,14 +66,17 @@ def evaluate(checkpoint: str, tasks: str | None, *, num_fewshot: int | None = No
             "results": results["results"], "versions": results.get("versions"),
             "loglikelihoods": per_choice_loglikelihoods(results.get("samples", {})),
         }
-    home = None if folder == path else _run_home(path)  # scored from the export cache
+    # scored from the export cache: results go to the run folder, scores to its W&B run
+    from zoo.saved_run import load_run
+
+    _, cfg, home = (None, None, None) if folder == path else load_run(path)
     target = Path(out) if out else (home.local if home else folder)
     target.mkdir(parents=True, exist_ok=True)
     record = {"checkpoint": str(path), "model_folder": str(folder), "device": device, **record}
     results_file = target / RESULTS_FILE
     results_file.write_text(json.dumps(record, indent=1, default=str))
     if home:
-        _log_wandb(path, home, rows)
+        _log_wandb(path, cfg.wandb, home, rows)
         if not out:
             home.push(RESULTS_FILE)
             return rows, home.path(RESULTS_FILE)
@@ -135,21 +138,14 @@ def per_choice_loglikelihoods(samples: dict) -> dict:
             for task, docs in samples.items()}
 
 
-def _run_home(path: str | Path):
-    from zoo.saved_run import load_run
-
-    return load_run(path)[2]
-
-
-def _log_wandb(path: str | Path, home, rows: list[tuple]) -> None:
+def _log_wandb(path: str | Path, wandb, home, rows: list[tuple]) -> None:
     """When the run being evaluated logs to wandb, its eval scores go to its W&B run."""
     from zoo.core.metrics import start_wandb
-    from zoo.saved_run import load_run
+    from zoo.core.run_folder import WANDB_ID
 
-    cfg = load_run(path)[1]
-    home.fetch("wandb-run-id")  # a run in a bucket: the id its training used
-    run = start_wandb(cfg.wandb, home.local, {"eval_of": str(path)})
-    home.push("wandb-run-id")
+    home.fetch(WANDB_ID)  # a run in a bucket: the id its training used
+    run = start_wandb(wandb, home.local, {"eval_of": str(path)})
+    home.push(WANDB_ID)
     if run is not None:
         run.log({f"eval/{task}/{metric}": value for task, metric, value, _ in rows})
         run.finish()

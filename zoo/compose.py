@@ -13,7 +13,7 @@ import os
 from zoo.core import config as config_lib
 from zoo.core import runtime, topology
 from zoo.core.errors import UserError
-from zoo.core.run_folder import RunFolder
+from zoo.core.run_folder import RUN_ID, RunFolder
 from zoo.registry import ModelFamily, resolve
 
 
@@ -217,7 +217,7 @@ def _hold_run(cfg, home, family: ModelFamily, held: contextlib.ExitStack) -> Non
         fresh = not home.exists()
         try:
             # before anything is made, as the run is where it lives
-            check_owner(location, run_identity(cfg, family, home, home.read("run-id")))
+            check_owner(location, run_identity(cfg, family, home, home.read(RUN_ID)))
             held.enter_context(run.locked())
             undo = held.enter_context(_undone_if_start_fails(home)) if fresh else {}
             home.pull()
