@@ -167,7 +167,8 @@ def build_engine(model_name: str, overrides: list[str], config_files=(), build_m
     from zoo.core.engine import Engine
 
     xr.use_spmd()
-    model = (build_model or family.build)(family.model_for(cfg.model, topo), seed=cfg.seed)
+    model_config = family.model_for(cfg.model, topo, cfg.mesh)
+    model = (build_model or family.build)(model_config, seed=cfg.seed)
     if cfg.init_from:
         family.load_hf(model, cfg.init_from)
     engine = Engine(cfg, model, family.task, rules, remat,

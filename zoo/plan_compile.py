@@ -42,7 +42,7 @@ def trace_step_hlo(model_name: str, slice_type: str, overrides: list[str]) -> tu
     family, cfg = load_run_config(model_name, [f"tpu={slice_type}", *overrides])
     topo = topology.parse(cfg.tpu)
     use_virtual_devices(topo)
-    cfg = dataclasses.replace(cfg, model=family.model_for(cfg.model, topo))
+    cfg = dataclasses.replace(cfg, model=family.model_for(cfg.model, topo, cfg.mesh))
     from zoo.core.pallas_tpu import pallas_lowering_for_tpu
     from zoo.core.tpu_compile import tpu_devices
 

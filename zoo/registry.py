@@ -72,8 +72,8 @@ class ModelFamily:
     hf_config: Callable | None = None  # model config -> transformers PretrainedConfig
     config_from_hf: Callable | None = None  # hf_dir -> model config
     load_hf: Callable | None = None  # (model, hf_dir) -> None: load HF weights into the model
-    # (model config, topology) -> model config with the choices that depend on the hardware
-    # made, once, when a run is built (llama: attention=auto -> flash on a TPU)
+    # (model config, topology, mesh config) -> model config with the choices that depend on
+    # the hardware made, once, when a run is built (llama: attention=auto -> flash on a TPU)
     for_slice: Callable | None = None
     # (model config, total parameters) -> parameters one token runs through (a mixture of
     # experts: the router and k experts per layer); None: all of them
@@ -87,9 +87,9 @@ class ModelFamily:
             model.init_weights(seed)
         return model
 
-    def model_for(self, config, topo):
-        """The model config as it is built on `topo` (see `for_slice`)."""
-        return self.for_slice(config, topo) if self.for_slice else config
+    def model_for(self, config, topo, mesh):
+        """The model config as it is built on `topo` over `mesh` (see `for_slice`)."""
+        return self.for_slice(config, topo, mesh) if self.for_slice else config
 
     def preset(self, kind: str, name: str) -> Path:
         path = self.presets_dir / kind / f"{name}.yaml"

@@ -32,7 +32,8 @@ class LlamaConfig:
     max_position_embeddings: int = 8192
     tie_word_embeddings: bool = False
     initializer_range: float = 0.02
-    # "auto": Pallas flash attention on TPU, plain softmax attention elsewhere, decided when
+    # "auto": Pallas flash attention on TPU, plain softmax attention elsewhere or when the
+    # sequence is split over devices (the kernel splits batch and heads only), decided when
     # the run is built (family.for_slice); a model built from "auto" directly runs plain.
     attention: str = "auto"
     # Positions per sequence whose logits the training loss holds at once: a longer
@@ -65,9 +66,11 @@ class LlamaConfig:
                            "model.num_key_value_heads": self.num_key_value_heads,
                            "model.intermediate_size": self.intermediate_size}}
 
-    def uses_flash(self, on_tpu: bool) -> bool:
-        """Whether attention runs the Pallas flash kernel (`auto`: on a TPU)."""
-        return self.attention == "flash" or (self.attention == "auto" and on_tpu)
+    def uses_flash(self, on_tpu: bool, sequence_split: bool = False) -> bool:
+        """Whether attention runs the Pallas flash kernel (`auto`: on a TPU, unless the
+        sequence is split over devices)."""
+        return self.attention == "flash" or (
+            self.attention == "auto" and on_tpu and not sequence_split)
 
     @property
     def dim_per_head(self) -> int:

@@ -4,6 +4,7 @@ import dataclasses
 from pathlib import Path
 
 from zoo.core.decoder_shape import DecoderShape
+from zoo.core.errors import UserError
 from zoo.core.flops import decoder_lm_forward_flops_per_token
 from zoo.core.memory import decoder_stack_activation_bytes
 from zoo.llama.config import SIZES, LlamaConfig
@@ -28,14 +29,22 @@ def forward_flops(run, causal: bool = True) -> float:
 def activation_bytes(run, batch_per_device, tensor, remat, bytes_per_value, on_tpu):
     return decoder_stack_activation_bytes(
         decoder_shape(run.model), seq=run.seq_len, batch=batch_per_device, tensor=tensor,
-        remat=remat, bytes_per_value=bytes_per_value, flash=run.model.uses_flash(on_tpu),
+        remat=remat, bytes_per_value=bytes_per_value,
+        flash=run.model.uses_flash(on_tpu, run.mesh.sequence != 1),
         logit_positions=run.model.loss_chunk_tokens)
 
 
-def for_slice(config: LlamaConfig, topo) -> LlamaConfig:
-    """`attention=auto` made concrete for the hardware: flash on a TPU, plain elsewhere."""
-    return dataclasses.replace(config, attention="flash" if config.uses_flash(topo.is_tpu)
-                               else "plain")
+def for_slice(config: LlamaConfig, topo, mesh) -> LlamaConfig:
+    """`attention=auto` made concrete for the hardware and mesh: flash on a TPU, plain
+    elsewhere. torch_xla's flash kernel splits batch and heads only: with the sequence split
+    over devices it would gather every query and compute all of attention on each device."""
+    sequence_split = mesh.sequence != 1
+    if config.attention == "flash" and sequence_split:
+        raise UserError(f"model.attention=flash cannot split sequences (mesh.sequence="
+                        f"{mesh.sequence}); use model.attention=plain or auto")
+    return dataclasses.replace(
+        config, attention="flash" if config.uses_flash(topo.is_tpu, sequence_split)
+        else "plain")
 
 
 FAMILY = ModelFamily(
