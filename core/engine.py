@@ -20,8 +20,9 @@ import torch
 from zoo.core import hosts as hosts_lib
 from zoo.core import runtime, topology
 from zoo.core.checkpoint import Checkpointer
+from zoo.core.cpu_peak import remembered_cpu_peak
 from zoo.core.errors import UserError
-from zoo.core.flops import calibrate_cpu_peak, train_flops
+from zoo.core.flops import train_flops
 from zoo.core.inputs import device_loader
 from zoo.core.mesh import MeshConfig, axis_sizes, build_mesh
 from zoo.core.metrics import MetricsLogger, WandbConfig
@@ -367,10 +368,11 @@ class Engine:
             return self.topology.peak_bf16_flops, self.topology.peak_description
         dtype = "bfloat16" if self.bf16 else "float32"
         before = _compile_count()
-        peak = calibrate_cpu_peak(dtype, windows=2, seconds=0.4).flops  # quick: a log line
+        peak, measured_at = remembered_cpu_peak(dtype, self.devices)
         self.side_compiles += _compile_count() - before  # not the step's
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(measured_at))
         return peak, (
-            f"this host's measured {dtype} matmul peak {peak / 1e9:.0f} GFLOP/s "
+            f"this host's {dtype} matmul peak {peak / 1e9:.0f} GFLOP/s, measured {when} "
             f"(shared by {self.devices} virtual devices)"
         )
 
