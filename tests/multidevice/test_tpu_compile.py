@@ -2,12 +2,11 @@
 real slices, on this CPU-only machine: each fits, its FLOPs per chip agree with the
 analytic count, and the collectives its sharding implies are in the program.
 
-Default suite: every sharding and every remat preset of llama and one preset of the other
-dense families on v5p-8 (4 chips), one preset per family on v6e-8 (8 chips), llama on v4-32
-(16 chips on 4 hosts), mixtral
-with and without expert parallelism and llama with context parallelism on v5p-8, and a
-plan that cannot fit (llama-70b replicated on v4-8). The full family x sharding x remat x
-slice matrix is `slow`."""
+Default suite: every sharding and every remat preset of llama on v5p-8 (4 chips), one
+preset per family on v6e-8 (8 chips), llama on v4-32 (16 chips on 4 hosts), mixtral with and
+without expert parallelism on v5p-8, and a plan that cannot fit (llama-70b replicated on
+v4-8). `slow`: the full family x sharding x remat x slice matrix, and context parallelism's
+memory at 4096 tokens."""
 
 import json
 import re
@@ -29,7 +28,8 @@ from zoo.core.tpu_compile import (
 
 WORKER = "tests.support.compile_worker"
 FAMILIES = ("llama", "t5", "vit")
-ON_V4_32 = ("llama",)  # 4 hosts; every family there is in the slow matrix
+# families checked on each slice by default (others: all); every family is in the slow matrix
+ON_SLICE = {"v5p-8": ("llama",), "v4-32": ("llama",)}
 SHARDINGS = {"fsdp": [], "fsdp_tensor": ["mesh.tensor=2"]}
 REMATS = ("none", "checkpoint", "scan", "scan_checkpoint")
 # every sharding and every remat preset once per family
@@ -41,9 +41,12 @@ EAGER_TENSOR = ["llama-tiny", ["sharding=fsdp_tensor", "remat=none", "mesh.tenso
                                "model.attention=plain"]]
 
 
+# llama's third sharding preset, at the tiny model's own sequence length (attention=auto:
+# plain, since the flash kernel would compute all of attention on every sequence device)
+CONTEXT_PRESET = ["llama-tiny", ["sharding=fsdp_context", "remat=none", "mesh.sequence=2"]]
+
 # a mixture of experts: FSDP (every expert on every chip), and experts over the expert axis
 MIXTRAL = [["mixtral-tiny", ["sharding=fsdp", "remat=none"]],
-           ["mixtral-tiny", ["sharding=fsdp_expert", "remat=none", "mesh.expert=2"]],
            ["mixtral-tiny", ["sharding=fsdp_expert", "remat=scan", "mesh.expert=2"]]]
 
 # context parallelism at a long sequence (plain attention: each chip holds its scores)
@@ -119,12 +122,11 @@ def bf16_gradient_bytes(record: dict) -> float:
 
 @pytest.fixture(scope="module")
 def default_records(tmp_path_factory):
-    jobs = [("v5p-8", [case("llama", s, r) for s, r in DEFAULT_PRESETS] + [EAGER_TENSOR]),
-            ("v5p-8", [case(f, *DEFAULT_PRESETS[0]) for f in FAMILIES[1:]]),
+    jobs = [("v5p-8", [case("llama", s, r) for s, r in DEFAULT_PRESETS]
+             + [CONTEXT_PRESET, EAGER_TENSOR] + MIXTRAL),
             ("v6e-8", [case(f, "fsdp", "none") for f in FAMILIES]),
-            ("v4-32", [case(f, "fsdp", "none") for f in ON_V4_32]),
-            ("v4-8", [BAD_PLAN]),
-            ("v5p-8", MIXTRAL + CONTEXT)]
+            ("v4-32", [case(f, "fsdp", "none") for f in ON_SLICE["v4-32"]]),
+            ("v4-8", [BAD_PLAN])]
     return compile_cases(jobs, tmp_path_factory.mktemp("compile"))
 
 
@@ -160,12 +162,20 @@ def test_mixtral_experts_travel_by_all_to_all_under_expert_parallelism(default_r
     assert records["sharding=fsdp_expert remat=scan"]["flops_per_chip"]["loop_trips"]
 
 
-def test_context_parallelism_splits_the_sequence_and_its_memory(default_records):
+def test_the_context_preset_compiles_and_gathers_keys_and_values(default_records):
+    (record,) = [r for r in default_records["v5p-8"] if r["case"] == CONTEXT_PRESET]
+    assert record["fits"] and record["mesh"]["sequence"] == 2
+    assert record["attention"] == "eager"
+    check_flops(record)
+    assert "all-gather" in record["collectives"]
+
+
+@pytest.mark.slow
+def test_context_parallelism_splits_the_sequence_and_its_memory(tmp_path):
     """At 4096 tokens, splitting every sequence over sequence=2 (with fsdp=2) needs well
     under the HBM of fsdp=4 with whole sequences: attention scores and activations are split;
     keys and values are gathered (all-gather), and the FLOPs are those of the same model."""
-    fsdp, context = (next(r for r in default_records["v5p-8"] if r["case"] == c)
-                     for c in CONTEXT)
+    fsdp, context = compile_cases([("v5p-8", CONTEXT)], tmp_path)["v5p-8"]
     assert fsdp["fits"] and context["fits"]
     assert context["mesh"]["sequence"] == 2 and context["mesh"]["fsdp"] == 2
     for record in (fsdp, context):
@@ -187,8 +197,8 @@ def test_eager_attention_is_split_over_the_tensor_axis(default_records):
 def test_one_preset_per_family_on_each_slice(default_records, slice_type):
     topo = parse(slice_type)
     records = [r for r in default_records[slice_type] if "sharding=fsdp" in r["case"][1]
-               and "remat=none" in r["case"][1] and r["case"] not in MIXTRAL + CONTEXT]
-    assert len(records) == len(ON_V4_32 if slice_type == "v4-32" else FAMILIES)
+               and "remat=none" in r["case"][1] and r["case"] not in MIXTRAL]
+    assert len(records) == len(ON_SLICE.get(slice_type, FAMILIES))
     for record in records:
         check_preset(record, None)
         assert record["chips"] == topo.chips and record["hosts"] == topo.hosts

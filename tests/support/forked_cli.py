@@ -1,0 +1,94 @@
+"""Many short `zoo` commands, each in its own process forked from one that has already
+imported the CLI, torch and torch_xla (about 2 s a command, most of a bad input's answer).
+Each child is otherwise the command a user runs: its own process and environment, its exit
+status, its stdout and stderr (file descriptors, so C-level output is caught too), an
+uncaught exception printed as Python prints it. Two run at a time; the parent starts no
+threads and no XLA runtime, so forking it is safe. Records, per command, returncode, stdout,
+stderr and seconds from fork to exit (start-up imports excluded).
+Usage (from the repo root): python -m tests.support.forked_cli COMMANDS.json OUT.json
+(COMMANDS.json: a list of argument lists, e.g. [["train", "nosuchmodel"]])"""
+
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+from zoo.core import runtime
+
+runtime.configure()
+import torch  # noqa: E402, F401  (imported once, before forking)
+import torch_xla  # noqa: E402, F401
+
+from zoo.tools.cli import cli  # noqa: E402
+
+PARALLEL = 2
+TIMEOUT_S = 60
+
+
+def child(args: list[str], out: Path, err: Path) -> None:
+    """Runs in the fork: the command's output into `out` and `err`; never returns."""
+    code = 1
+    try:
+        for fd, path in ((1, out), (2, err)):
+            os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
+        cli.main(args, prog_name="zoo")
+        code = 0
+    except SystemExit as done:
+        code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+        if isinstance(done.code, str):
+            print(done.code, file=sys.stderr)
+    except BaseException:  # noqa: BLE001  (shown as an uncaught exception would be)
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def run_all(commands: list[list[str]], scratch: Path) -> list[dict]:
+    results, running, queue = [None] * len(commands), {}, list(enumerate(commands))
+    while queue or running:
+        while queue and len(running) < PARALLEL:
+            index, args = queue.pop(0)
+            out, err = scratch / f"{index}.out", scratch / f"{index}.err"
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                child(args, out, err)
+            running[pid] = (index, out, err, time.monotonic())
+        pid, status = reap(running)
+        index, out, err, start = running.pop(pid)
+        results[index] = {"returncode": os.waitstatus_to_exitcode(status),
+                          "stdout": out.read_text(errors="replace"),
+                          "stderr": err.read_text(errors="replace"),
+                          "seconds": time.monotonic() - start}
+    return results
+
+
+def reap(running: dict) -> tuple[int, int]:
+    """The next child to end; one that outlives TIMEOUT_S is killed (and reaped)."""
+    while True:
+        pid, status = os.waitpid(-1, os.WNOHANG)
+        if pid:
+            return pid, status
+        now = time.monotonic()
+        for late, (_, _, _, start) in running.items():
+            if now - start > TIMEOUT_S:
+                os.kill(late, signal.SIGKILL)
+        time.sleep(0.02)
+
+
+def main(commands_file: str, out_file: str) -> None:
+    commands = json.loads(Path(commands_file).read_text())
+    with tempfile.TemporaryDirectory() as scratch:
+        results = run_all(commands, Path(scratch))
+    Path(out_file).write_text(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
