@@ -43,7 +43,7 @@ class TestPresets(FamilyPresetTests):
         return {"loss": out.loss.detach(), "logits": out.logits.detach(), "grads": grads}
 
     def test_fsdp_expert_layout_on_8_devices(self, xla_runs):
-        specs = xla_runs[8]["presets"][("fsdp_expert", "none")]["specs"]
+        specs = xla_runs[8]["presets"][("fsdp_expert", "checkpoint")]["specs"]
         # mesh fsdp=4 x expert=2: experts split in two halves, their features in four.
         assert specs["model.layers.0.mlp.experts.gate_up_proj"].startswith("{devices=[2,4,1]")
         assert specs["model.layers.0.self_attn.q_proj.weight"].startswith("{devices=[8,1]")

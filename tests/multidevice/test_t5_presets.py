@@ -41,7 +41,7 @@ class TestPresets(FamilyPresetTests):
         return {"loss": out.loss.detach(), "logits": out.logits.detach(), "grads": grads}
 
     def test_fsdp_tensor_layout_on_8_devices(self, xla_runs):
-        specs = xla_runs[8]["presets"][("fsdp_tensor", "none")]["specs"]
+        specs = xla_runs[8]["presets"][("fsdp_tensor", "checkpoint")]["specs"]
         # mesh fsdp=4 x tensor=2: column-parallel q has tensor on its output rows.
         assert specs["encoder.block.0.layer.0.SelfAttention.q.weight"] == (
             "{devices=[2,4]0,2,4,6,1,3,5,7}")

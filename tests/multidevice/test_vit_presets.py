@@ -32,7 +32,7 @@ class TestPresets(FamilyPresetTests):
                 "grads": {n: p.grad for n, p in hf.named_parameters()}}
 
     def test_fsdp_tensor_layout_on_8_devices(self, xla_runs):
-        specs = xla_runs[8]["presets"][("fsdp_tensor", "none")]["specs"]
+        specs = xla_runs[8]["presets"][("fsdp_tensor", "checkpoint")]["specs"]
         # mesh fsdp=4 x tensor=2: column-parallel q_proj has tensor on its output rows.
         assert specs["vit.layers.0.attention.q_proj.weight"] == "{devices=[2,4]0,2,4,6,1,3,5,7}"
         assert specs["vit.layers.0.mlp.fc2.weight"] == "{devices=[4,2]0,1,2,3,4,5,6,7}"

@@ -6,10 +6,12 @@ remat preset of the cases' CONFIG on 8 devices against 1. A family subclasses
 implements `hf_reference(config)`: transformers' loss, logits and gradients for the weights
 `FAMILY.build(config, seed=0)` and the cases' batch."""
 
+import json
+
 import pytest
 import torch
 
-from tests.support.preset_worker import BASELINE, remat_preset
+from tests.support.preset_worker import BASELINE, PARITY_REMATS, remat_preset
 from tests.support.xla_harness import assert_same_loss_and_grads, run_workers
 from zoo.core.remat import apply_remat
 
@@ -30,18 +32,35 @@ class FamilyPresetTests:
         raise NotImplementedError
 
     def pytest_generate_tests(self, metafunc):
-        if "parity" in metafunc.fixturenames:
+        names = set(metafunc.fixturenames)
+        if {"parity", "xla_remat"} <= names:
+            first = next(iter(self.cases.PARITY_CONFIGS))
+            metafunc.parametrize("parity,xla_remat", [
+                _default_or_slow((name, remat), name == first or remat == "none")
+                for name in self.cases.PARITY_CONFIGS for remat in PARITY_REMATS])
+        elif "parity" in names:
             metafunc.parametrize("parity", list(self.cases.PARITY_CONFIGS))
-        if {"preset", "remat"} <= set(metafunc.fixturenames):
-            combos = [(p, r) for p in self.cases.MESHES for r in self.cases.REMATS]
-            metafunc.parametrize("preset,remat", combos)
+        if {"preset", "remat"} <= names:
+            default = default_presets(self.cases)
+            metafunc.parametrize("preset,remat", [
+                _default_or_slow((p, r), (p, r) in default)
+                for p in self.cases.MESHES for r in self.cases.REMATS])
 
     @pytest.fixture(scope="class")
     @classmethod
-    def xla_runs(cls, tmp_path_factory):
+    def xla_runs(cls, request, tmp_path_factory):
+        """The workers' results for the parity and preset cases this session selected."""
+        selected = {"parity": set(), "presets": set()}
+        for item in request.session.items:
+            params = getattr(getattr(item, "callspec", None), "params", {})
+            if item.cls is cls and "xla_remat" in params:
+                selected["parity"].add((params["parity"], params["xla_remat"]))
+            if item.cls is cls and "preset" in params:
+                selected["presets"].add((params["preset"], params["remat"]))
         return run_workers("tests.support.preset_worker", (1, 8),
                            tmp_path_factory.mktemp(cls.cases.__name__.rsplit(".", 1)[-1]),
-                           args=[cls.cases.__name__])
+                           args=[cls.cases.__name__,
+                                 json.dumps({k: sorted(v) for k, v in selected.items()})])
 
     @pytest.fixture(scope="class")
     @classmethod
@@ -67,7 +86,6 @@ class FamilyPresetTests:
         assert_same_loss_and_grads({"loss": loss.detach(), "grads": grads}, reference,
                                    self.eager_tol)
 
-    @pytest.mark.parametrize("xla_remat", ["none", "scan"])
     def test_xla_cpu_matches_transformers(self, xla_runs, reference, parity, xla_remat):
         result = xla_runs[1]["parity"][(parity, xla_remat)]
         torch.testing.assert_close(result["logits"], reference["logits"], **XLA_TOL)
@@ -82,3 +100,16 @@ class FamilyPresetTests:
             assert result["actual_shards"][name] == {planned}, name
         assert result["hlo_has_scan"] == remat.startswith("scan")
         assert result["hlo_has_remat"] == (remat in self.barrier_remats)
+
+
+def default_presets(cases) -> list[tuple[str, str]]:
+    """The sharding x remat presets of the default suite (the rest are `slow`): every remat
+    under the first sharding; each other sharding unrolled with a remat barrier and scanned
+    with rematerialisation, the two ways a layer's weights and activations are handled."""
+    first, *others = cases.MESHES
+    return [(first, remat) for remat in cases.REMATS] + [
+        (mesh, remat) for mesh in others for remat in ("checkpoint", "scan_checkpoint")]
+
+
+def _default_or_slow(values: tuple, default: bool):
+    return pytest.param(*values, marks=() if default else pytest.mark.slow)

@@ -4,13 +4,15 @@ family_presets.py). The family's cases module names FAMILY, CONFIG (the config t
 run on), PARITY_CONFIGS (name -> config checked against transformers), MESHES (preset ->
 mesh), REMATS, batch() and forward(model, batch) -> (loss, logits).
 
-Saves {"devices": N, "parity": {(name, remat): result}, "presets": {(preset, remat): result}}:
-on 1 device only what the tests read (every parity config with scan off and on, and the
-("fsdp", "none") baseline of the presets, shared with CONFIG's parity run when CONFIG is a
-parity config); on more, every preset of CONFIG.
-Usage (from the repo root): python -m tests.support.preset_worker OUT.pt CASES_MODULE"""
+Saves {"devices": N, "parity": {(name, remat): result}, "presets": {(preset, remat): result}}
+for the cases the session selected: on 1 device the selected parity runs and the
+("fsdp", "none") baseline of the presets (shared with CONFIG's parity run when CONFIG is a
+parity config); on more, the selected presets of CONFIG.
+Usage (from the repo root): python -m tests.support.preset_worker OUT.pt CASES_MODULE SELECTED
+(SELECTED: JSON {"parity": [[name, remat], ...], "presets": [[preset, remat], ...]})"""
 
 import importlib
+import json
 import os
 import sys
 
@@ -52,26 +54,28 @@ def run(cases, model_config, preset: str, remat: str) -> dict:
     return result
 
 
-def single_device_runs(cases) -> dict:
-    parity = {(name, remat): run(cases, model_config, BASELINE[0], remat)
-              for name, model_config in cases.PARITY_CONFIGS.items() for remat in PARITY_REMATS}
+def single_device_runs(cases, parity_cases: list) -> dict:
+    parity = {(name, remat): run(cases, cases.PARITY_CONFIGS[name], BASELINE[0], remat)
+              for name, remat in parity_cases}
     same = [name for name, model_config in cases.PARITY_CONFIGS.items()
-            if model_config is cases.CONFIG]
+            if model_config is cases.CONFIG and (name, "none") in parity]
     baseline = parity[(same[0], "none")] if same else run(cases, cases.CONFIG, *BASELINE)
     return {"parity": parity, "presets": {BASELINE: baseline}}
 
 
-def main(out: str, cases_module: str):
+def main(out: str, cases_module: str, selected: str):
     xr.use_spmd()
     cases = importlib.import_module(cases_module)
+    selected = {kind: [tuple(pair) for pair in pairs]
+                for kind, pairs in json.loads(selected).items()}
     devices = xr.global_runtime_device_count()
     if devices == 1:  # only the references the tests compare with: keeps them fast
-        results = single_device_runs(cases)
+        results = single_device_runs(cases, selected["parity"])
     else:
         results = {"parity": {}, "presets": {(p, r): run(cases, cases.CONFIG, p, r)
-                                             for p in cases.MESHES for r in cases.REMATS}}
+                                             for p, r in selected["presets"]}}
     torch.save({"devices": devices, **results}, out)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(*sys.argv[1:])
