@@ -15,33 +15,40 @@ from zoo.tools import remote
 from zoo.tools.gcloud import Gcloud, Node, create, delete, scp, ssh
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-# Never shipped to the workers: history, the local installs (zoo's, MaxText's for `zoo bench
-# --compare maxtext`), and anything a run produced.
-SYNC_EXCLUDES = {".git", ".venv", ".venv-maxtext", "runs", "checkpoints", "data", "wandb",
-                 remote.RUN_DIR, "__pycache__", ".pytest_cache", ".ruff_cache"}
+# Never shipped to the workers, at any depth: history, the local installs (zoo's, MaxText's
+# for `zoo bench --compare maxtext`), caches, half-written and packaging files ...
+SYNC_EXCLUDES = {".git", ".venv", ".venv-maxtext", remote.RUN_DIR, "__pycache__",
+                 ".pytest_cache", ".ruff_cache"}
+# ... and at the top of the tree: what runs and local builds produce (eval/tasks/data ships)
+SYNC_EXCLUDES_AT_TOP = {"runs", "checkpoints", "data", "wandb", "build"}
 
 
 def repo_files(root: Path = REPO_ROOT) -> list[Path]:
-    """The files `sync` ships: the working tree minus SYNC_EXCLUDES (local edits included)."""
+    """The files `sync` ships: the working tree minus the excludes (local edits included)."""
     files = []
-    for path in sorted(root.rglob("*")):
-        parts = path.relative_to(root).parts
-        if path.is_file() and not any(p in SYNC_EXCLUDES or p.endswith(".partial") for p in parts):
-            files.append(path)
-    return files
+    for folder, subfolders, names in os.walk(root):  # excluded folders are never entered
+        top = Path(folder) == root
+        subfolders[:] = [d for d in subfolders if not _left_out(d, top)]
+        files += [Path(folder) / name for name in names if not _left_out(name, top)]
+    return sorted(files)
+
+
+def _left_out(name: str, top: bool) -> bool:
+    return (name in SYNC_EXCLUDES or (top and name in SYNC_EXCLUDES_AT_TOP)
+            or name.endswith((".partial", ".egg-info")))
 
 
 def sync(gcloud: Gcloud, node: Node, root: Path = REPO_ROOT) -> None:
     """Copy the working tree to ~/zoo on every worker (one archive, one scp, one untar)."""
     with tempfile.TemporaryDirectory() as scratch:
-        archive = Path(scratch) / "zoo-sync.tar.gz"
+        archive, files = Path(scratch) / "zoo-sync.tar.gz", repo_files(root)
         if not gcloud.dry_run:
             with tarfile.open(archive, "w:gz") as tar:
-                for path in repo_files(root):
+                for path in files:
                     tar.add(path, arcname=str(path.relative_to(root)))
-        left_out = ", ".join(sorted(SYNC_EXCLUDES))
+        left_out = ", ".join(sorted(SYNC_EXCLUDES | SYNC_EXCLUDES_AT_TOP))
         gcloud.run(scp(node, str(archive), "~/zoo-sync.tar.gz"),
-                   note=f"{len(repo_files(root))} files, without {left_out}")
+                   note=f"{len(files)} files, without {left_out}")
         gcloud.run(ssh(node, remote.unpack("~/zoo-sync.tar.gz")))
 
 

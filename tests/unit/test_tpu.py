@@ -83,7 +83,9 @@ def test_sync_ships_the_tree_without_git_venv_or_runs(fake):
     for worker in (0, 1):
         home = fake.root / f"worker-{worker}" / "zoo"
         assert (home / "README.md").is_file() and (home / "tools" / "cli.py").is_file()
+        assert (home / "eval" / "tasks" / "data" / "arc_easy_sample.jsonl").is_file()
         assert not (home / ".git").exists() and not (home / ".venv").exists()
+        assert not (home / "build").exists() and not list(home.glob("*.egg-info"))
     scp = next(c for c in fake.calls() if c[3] == "scp")
     assert "--worker=all" in scp and "us-central2-b" in scp and "my-proj" in scp
 
