@@ -41,7 +41,7 @@ def accuracies(results_file: Path) -> dict:
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("eval")
     trained, untrained = tmp / "trained", tmp / "untrained"
-    both([("train", "llama-tiny", "--tpu", "cpu-1", "--steps", "300", "--out", str(trained),
+    both([("train", "llama-tiny", "--tpu", "cpu-1", "--steps", "200", "--out", str(trained),
            "optim.lr=3e-3", *TEACH),
           ("train", "llama-tiny", "--tpu", "cpu-1", "--steps", "1", "--out", str(untrained),
            "optim.lr=0", *TEACH)])
