@@ -75,6 +75,9 @@ def summarize(entry: Entry, impl: str, raw: dict, peak: float | None) -> dict:
         "compile_s": raw["compile_s"],
         "warmup_s": raw["warmup_s"],
         "step_time_median_s": median,
+        # total / steps: the throughput a loop with bursty (asynchronously dispatched) step
+        # times really had, as MaxText's logged ones are; equal to the median when steady
+        "step_time_mean_s": statistics.mean(times),
         "step_time_min_s": min(times),
         "step_time_max_s": max(times),
         # Python tracing the step (torch_xla); None for peers outside torch_xla.

@@ -13,9 +13,10 @@ COLUMNS = (
     ("devices", lambda r: r["devices"]),
     ("compile s", lambda r: f"{r['compile_s']:.1f}"),
     (
-        "step s (med/min/max)",
+        "step s (med/mean/min/max)",
         lambda r: (
-            f"{r['step_time_median_s']:.3f}/{r['step_time_min_s']:.3f}/{r['step_time_max_s']:.3f}"
+            f"{r['step_time_median_s']:.3f}/{r['step_time_mean_s']:.3f}/"
+            f"{r['step_time_min_s']:.3f}/{r['step_time_max_s']:.3f}"
         ),
     ),
     ("host s", lambda r: _seconds(r["host_time_median_s"])),
