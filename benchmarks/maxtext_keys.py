@@ -83,15 +83,18 @@ def mesh_keys(cfg, devices: int) -> list[str]:
     if cfg.sharding not in SHARDING_AXES:
         raise UserError(f"sharding={cfg.sharding} has no MaxText counterpart here (presets "
                         f"that map: {', '.join(SHARDING_AXES)})")
-    if cfg.mesh.dcn:
-        raise UserError("mesh.dcn (multi-slice) does not map: MaxText's side compiles one slice")
     sizes = resolve_axis_sizes(cfg.mesh, devices)
     stray = [axis for axis, size in sizes.items()
              if size > 1 and axis not in SHARDING_AXES[cfg.sharding]]
     if stray:
         raise UserError(f"mesh.{stray[0]}={sizes[stray[0]]} under sharding={cfg.sharding} has "
                         "no MaxText counterpart")
-    return [f"ici_{axis}_parallelism={sizes[axis]}" for axis in SHARDING_AXES[cfg.sharding]]
+    dcn = cfg.mesh.dcn
+    ici = [f"ici_{axis}_parallelism={sizes[axis] // dcn.get(axis, 1)}"
+           for axis in SHARDING_AXES[cfg.sharding]]
+    # MaxText's mesh axes each split into an ICI and a DCN degree, as zoo's (mesh.dcn)
+    return ici + [f"dcn_{axis}_parallelism={dcn.get(axis, 1)}"
+                  for axis in SHARDING_AXES[cfg.sharding] if dcn]
 
 
 def remat_keys(remat: str) -> list[str]:

@@ -110,8 +110,8 @@ def compare(model_name: str, slice_type: str, overrides: list[str],
         args = [str(maxtext.base_yml(interpreter)), "run_name=zoo-plan",
                 f"base_output_directory={out}", "dataset_type=synthetic",
                 "enable_checkpointing=false", "log_config=false",
-                f"compile_topology={topo.generation}-{topo.name.rsplit('-', 1)[1]}",
-                "compile_topology_num_slices=1", *keys]
+                f"compile_topology={topo.generation}-{topo.slice_name.rsplit('-', 1)[1]}",
+                f"compile_topology_num_slices={topo.slices}", *keys]
         record = run_worker(interpreter, text, args, Path(out))
         compiled = {side: compiled_step(record[side], Path(record[side]["hlo_file"]).read_text()
                                         if "hlo_file" in record[side] else "")

@@ -373,8 +373,22 @@ def _on_host(state: dict) -> dict:
     from torch_xla.experimental.distributed_checkpoint._helpers import _sharded_cpu_state_dict
 
     on_device = {k: v for k, v in state.items() if v.device.type == "xla"}
-    copied = _sharded_cpu_state_dict(on_device) if on_device else {}
+    copied = {k: _first_replicas(v) for k, v in
+              (_sharded_cpu_state_dict(on_device) if on_device else {}).items()}
     return {k: copied[k] if k in copied else v.detach().clone() for k, v in state.items()}
+
+
+def _first_replicas(value):
+    """Shards of a tensor split on some mesh axes and replicated on others (FSDP under
+    data parallelism, or over slices), each chunk kept once: as replica 0, held by exactly
+    one device of the job. torch_xla's save planner dedups a chunk that one process offers
+    twice by dropping every copy: with mesh.data=2 on one host, each sharded weight and
+    its optimizer moments were missing from the checkpoint."""
+    from torch_xla.experimental.distributed_checkpoint._helpers import _CpuShards
+
+    if not isinstance(value, _CpuShards):
+        return value
+    return _CpuShards([s for s in value.shards if s.replica_id == 0], value.global_shape)
 
 
 def _full_weights(model) -> dict[str, torch.Tensor]:

@@ -12,6 +12,7 @@ import collections
 import contextlib
 import dataclasses
 import functools
+import math
 import signal
 import time
 
@@ -261,7 +262,8 @@ class Engine:
             main_host=self.hosts.main,
         )
         logger.note(
-            f"mesh {axis_sizes(self.mesh)} on {self.devices} devices; "
+            f"mesh {axis_sizes(self.mesh)} on {self.devices} devices"
+            f"{_over_slices(self.config.mesh.dcn)}; "
             f"{'bf16' if self.bf16 else 'fp32'}; MFU against {peak_note}"
         )
         self._tracker = _StepTracker(self, logger, peak)
@@ -399,6 +401,14 @@ def _micro_batch_axis(tensor: torch.Tensor, accum: int) -> torch.Tensor:
     """[rows, ...] -> [accum, rows / accum, ...]: micro-batch i takes rows i, i + accum, ...
     (strided), so each keeps every device's share of the batch."""
     return tensor.view(tensor.shape[0] // accum, accum, *tensor.shape[1:]).transpose(0, 1)
+
+
+def _over_slices(dcn: dict[str, int]) -> str:
+    """`, 2 slices (data across them over DCN)` for a multi-slice mesh; '' for one slice."""
+    slices = math.prod(dcn.values())
+    if slices == 1:
+        return ""
+    return f", {slices} slices ({', '.join(f'{a} x{n}' for a, n in dcn.items())} over DCN)"
 
 
 def _micro_batches(batch: dict, accum: int):

@@ -91,13 +91,67 @@ def check_divides(run, more: dict[str, dict[str, int]] | None = None) -> None:
                                  f"on {run.tpu} use mesh.{axis}={choices}")
 
 
+# Axes whose collectives run inside every layer (weight gathers, activation exchanges): over
+# the data-center network, at ~1/50 of ICI's bandwidth per chip, they would stall each layer.
+PER_LAYER_AXES = ("sequence", "expert", "tensor")
+
+
+def for_slices(config: MeshConfig, topo) -> MeshConfig:
+    """The mesh with its DCN degrees made to fit the job's slices. On S slices with none
+    given: data parallel across them (`{data: S}`), so one gradient reduction per step is
+    all that crosses the data-center network. On a TPU the DCN degrees multiply to the
+    slice count; on XLA:CPU they simulate slices (contiguous groups of the virtual devices,
+    as `2xcpu-4` does). Axes whose collectives run every layer are refused on DCN; FSDP
+    there (a weight gather per layer per step) is allowed but logged."""
+    import logging
+
+    dcn = dict(config.dcn) or ({"data": topo.slices} if topo.slices > 1 else {})
+    slices = math.prod(dcn.values())
+    if topo.is_tpu and slices != topo.slices:
+        hint = (f"--tpu {slices}x{topo.slice_name}" if topo.slices == 1
+                else f"DCN degrees that multiply to {topo.slices}, e.g. mesh.dcn.data="
+                     f"{topo.slices}")
+        raise MeshError(f"mesh.dcn spans {slices} slice(s) but --tpu {topo.name} has "
+                        f"{topo.slices}; use {hint}")
+    if not topo.is_tpu and topo.slices > 1 and slices != topo.slices:
+        raise MeshError(f"mesh.dcn spans {slices} slice(s) but --tpu {topo.name} simulates "
+                        f"{topo.slices}; make the DCN degrees multiply to {topo.slices}")
+    if topo.devices % slices:
+        raise MeshError(f"mesh.dcn spans {slices} slices, which do not split the "
+                        f"{topo.devices} devices of {topo.name} evenly")
+    per_layer = [axis for axis in PER_LAYER_AXES if dcn.get(axis, 1) > 1]
+    if per_layer:
+        raise MeshError(f"mesh.dcn.{per_layer[0]}={dcn[per_layer[0]]} puts a collective of "
+                        f"every layer on the data-center network; keep {per_layer[0]} inside "
+                        f"a slice and split data (or fsdp) across slices")
+    if dcn.get("fsdp", 1) > 1:
+        logging.getLogger(__name__).warning(
+            "mesh.dcn.fsdp=%d: every layer's weights are gathered across slices each step "
+            "(data-center network); mesh.dcn.data keeps that traffic to one gradient "
+            "reduction", dcn["fsdp"])
+    return dataclasses.replace(config, dcn=dcn)
+
+
+def slice_major_device_ids(sizes: dict[str, int], dcn: dict[str, int]):
+    """Device ids in mesh order when devices [s*P, (s+1)*P) form slice s: within every
+    axis the DCN index varies slowest, so an axis split over slices crosses between them
+    only at its DCN degree (the layout torch_xla's HybridMesh and JAX's hybrid mesh give a
+    TPU's slices)."""
+    import numpy as np
+
+    dcn_shape = [dcn.get(axis, 1) for axis in AXES]
+    ici_shape = [sizes[axis] // d for axis, d in zip(AXES, dcn_shape)]
+    ids = np.arange(math.prod(sizes.values())).reshape(*dcn_shape, *ici_shape)
+    interleaved = [x for axis in range(len(AXES)) for x in (axis, len(AXES) + axis)]
+    return ids.transpose(interleaved).reshape([sizes[axis] for axis in AXES])
+
+
 def _fmt(sizes: dict[str, int]) -> str:
     return " ".join(f"{axis}={size}" for axis, size in sizes.items())
 
 
 def build_mesh(config: MeshConfig):
     """An `xs.Mesh` over every device of the runtime (HybridMesh on TPU for topology order)."""
-    import numpy as np
     import torch_xla.distributed.spmd as xs
     import torch_xla.runtime as xr
 
@@ -111,10 +165,9 @@ def build_mesh(config: MeshConfig):
             dcn_mesh_shape=dcn if math.prod(dcn) > 1 else None,
             axis_names=AXES,
         )
-    else:
-        if math.prod(config.dcn.values()) > 1:
-            raise MeshError("mesh.dcn (multi-slice) needs a multi-slice TPU runtime")
-        mesh = xs.Mesh(np.arange(num_devices), tuple(sizes[a] for a in AXES), AXES)
+    else:  # XLA:CPU: slices simulated as contiguous groups of the virtual devices
+        ids = slice_major_device_ids(sizes, config.dcn)
+        mesh = xs.Mesh(ids.flatten(), tuple(sizes[a] for a in AXES), AXES)
     xs.set_global_mesh(mesh)
     return mesh
 

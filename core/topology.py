@@ -1,4 +1,6 @@
-"""Catalog of TPU slice types (and XLA:CPU stand-ins) parsed from names like `v4-32`.
+"""Catalog of TPU slice types (and XLA:CPU stand-ins) parsed from names like `v4-32`, and
+multi-slice jobs as `Nx<slice>` (`2xv6e-256`: two v6e-256 slices over the data-center
+network).
 
 v2/v3/v4/v5p names count TensorCores (v4-32 = 16 chips); v5e/v5litepod/v6e names count chips.
 Per-chip numbers are Google's published specs; they feed MFU and memory planning.
@@ -61,10 +63,20 @@ HBM_BYTES_PER_S = {"v2": 700e9, "v3": 900e9, "v4": 1228e9, "v5p": 2765e9, "v5e":
 #        (cloud.google.com/tpu/docs/v6e; the launch figure, 3584 Gbps, is 448 GB/s)
 # v2/v3 have no per-chip figure published (and the compiler checks do not target them).
 ICI_BYTES_PER_S = {"v4": 1.1e15 / 4096, "v5p": 600e9, "v5e": 200e9, "v6e": 400e9}
+# Data-center network (DCN) bandwidth per chip, each direction (bytes/s): what crosses
+# between slices goes through the hosts' NICs, shared by the host's chips.
+#   v5p  "Data center network (DCN) bandwidth per chip 50 Gbps" (cloud.google.com/tpu/docs/v5p)
+#   v5e  "Per-host NIC configuration 2 x 100 Gbps NIC", 8 chips a host; "Data center network
+#        bandwidth per Pod 6.4 Tbps" over 256 chips: 25 Gbps (cloud.google.com/tpu/docs/v5e)
+#   v6e  4 x 200 Gbps NICs per 8-chip host, 25.6 Tbps per 256-chip pod: 100 Gbps
+#        (cloud.google.com/tpu/docs/v6e; recalled, the stored copy of that table is cut)
+# v4 has no per-chip DCN figure published: its multi-slice plans leave DCN time out.
+DCN_BYTES_PER_S = {"v5p": 50e9 / 8, "v5e": 25e9 / 8, "v6e": 100e9 / 8}
 ALIASES = {"v5litepod": "v5e"}
 VALID_FORMS = (
     "v2-N, v3-N, v4-N, v5p-N (N = TensorCores, e.g. v4-32), "
-    "v5litepod-N / v5e-N, v6e-N (N = chips, e.g. v6e-8), cpu or cpu-N (N XLA CPU devices)"
+    "v5litepod-N / v5e-N, v6e-N (N = chips, e.g. v6e-8), cpu or cpu-N (N XLA CPU devices), "
+    "and S slices of one of those as Sx<slice> (e.g. 2xv6e-256)"
 )
 
 
@@ -83,6 +95,8 @@ class Topology:
     devices: int  # PJRT devices in the slice = what the SPMD mesh spans
     peak_bf16_flops_per_chip: float | None  # None on CPU: measured by calibration instead
     hbm_bytes_per_chip: int | None
+    # Slices joined over the data-center network; chips, hosts and devices count all of them
+    slices: int = 1
 
     @property
     def is_tpu(self) -> bool:
@@ -102,13 +116,48 @@ class Topology:
         stand-in, the runtime's virtual devices (each plays a chip)."""
         return self.chips if self.is_tpu else devices
 
+    @property
+    def slice_name(self) -> str:
+        """The type of each slice (`v6e-256` of `2xv6e-256`): what gcloud creates S of."""
+        return self.name.partition("x")[2] if self.slices > 1 else self.name
+
+    @property
+    def devices_per_slice(self) -> int:
+        return self.devices // self.slices
+
+    def one_slice(self) -> Topology:
+        return parse(self.slice_name)
+
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """The fields, with the bandwidths of both networks per chip (None: not published
+        or not a TPU): ICI inside a slice, DCN between slices."""
+        return {**dataclasses.asdict(self),
+                "ici_bytes_per_s_per_chip": ICI_BYTES_PER_S.get(self.generation),
+                "dcn_bytes_per_s_per_chip": DCN_BYTES_PER_S.get(self.generation)}
 
 
 def parse(name: str) -> Topology:
-    """`v4-32` -> Topology; raises TopologyError naming the valid forms."""
+    """`v4-32` -> Topology, `2xv6e-256` -> two of them; raises TopologyError naming the
+    valid forms."""
     text = name.strip().lower()
+    if match := re.fullmatch(r"(\d+)x(.+)", text):
+        slices = int(match.group(1))
+        if slices < 1:
+            raise TopologyError(f"'{name}' has no slices; valid forms: {VALID_FORMS}")
+        if match.group(2) == "cpu":
+            raise TopologyError(f"'{name}': say how many devices each simulated slice has, "
+                                f"e.g. {slices}xcpu-4")
+        one = parse(match.group(2))
+        if one.slices > 1:
+            raise TopologyError(f"'{name}' nests slice counts; valid forms: {VALID_FORMS}")
+        if slices == 1:
+            return one
+        # simulated slices on XLA:CPU stay one process (one host)
+        hosts, per_host = ((one.hosts * slices, one.chips_per_host) if one.is_tpu
+                           else (1, one.chips * slices))
+        return dataclasses.replace(one, name=f"{slices}x{one.name}", chips=one.chips * slices,
+                                   hosts=hosts, chips_per_host=per_host,
+                                   devices=one.devices * slices, slices=slices)
     if text == "cpu" or re.fullmatch(r"cpu-\d+", text):
         n = int(text.split("-")[1]) if "-" in text else int(os.environ.get("CPU_NUM_DEVICES", 1))
         if n < 1:

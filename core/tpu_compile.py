@@ -130,11 +130,13 @@ def parse_out_of_memory(message: str, seconds: float) -> OutOfMemory | None:
 
 
 def compile_target(topo: Topology) -> dict:
-    """`get_topology_desc` arguments for a slice: chip kind, 3-D (v4/v5p) or 2-D chip grid,
-    megacore for chips whose two TensorCores act as one device, chips per host, wrap."""
+    """`get_topology_desc` arguments for a job: chip kind, each slice's 3-D (v4/v5p) or 2-D
+    chip grid, megacore for chips whose two TensorCores act as one device, chips per host,
+    wrap, and how many slices (their devices come slice by slice)."""
     if not topo.is_tpu or topo.generation in ("v2", "v3"):
         raise UserError(f"--compile needs a v4, v5p, v5e or v6e slice, not {topo.name}")
-    chips = topo.chips
+    one = topo.one_slice()
+    chips = one.chips
     if topo.generation in ("v4", "v5p"):
         dims = _cube_order(chips)
         bounds = (2, 2, 1) if chips >= 4 else tuple(dims)
@@ -143,11 +145,11 @@ def compile_target(topo: Topology) -> dict:
     else:
         x = 1 << ((chips.bit_length() - 1) // 2)
         dims = (x, chips // x)
-        bounds = (2, 2, 1) if topo.hosts > 1 else (dims[0], dims[1], 1)
+        bounds = (2, 2, 1) if one.hosts > 1 else (dims[0], dims[1], 1)
         wrap = (False, False, False)
         shape, config = "x".join(map(str, dims)), "default"
     return {"topology_name": f"{topo.generation}:{shape}", "chip_config_name": config,
-            "chips_per_host_bounds": bounds, "num_slices": 1, "wrap": wrap}
+            "chips_per_host_bounds": bounds, "num_slices": topo.slices, "wrap": wrap}
 
 
 def _cube_order(chips: int) -> tuple[int, int, int]:

@@ -42,7 +42,8 @@ def cli():
 @click.argument("slice_type")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 def topology(slice_type, as_json):
-    """Describe a TPU slice type (v4-32, v5litepod-16, v6e-256, cpu-8, ...)."""
+    """Describe a TPU slice type (v4-32, v5litepod-16, v6e-256, cpu-8, ...) or S slices of
+    one (2xv6e-256): chips, hosts, peaks and the ICI / DCN bandwidth per chip."""
     from zoo.core import topology as topo
 
     info = topo.parse(slice_type).to_dict()
@@ -54,6 +55,8 @@ def topology(slice_type, as_json):
             value = f"{value / 1e12:g} TFLOP/s" if value else "measured by calibration (CPU)"
         elif key == "hbm_bytes_per_chip":
             value = f"{value / 2**30:g} GiB" if value else "host memory (CPU)"
+        elif key.endswith("_bytes_per_s_per_chip"):
+            value = f"{value / 1e9:g} GB/s each way" if value else "-"
         click.echo(f"{key:26} {value}")
 
 

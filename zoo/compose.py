@@ -40,6 +40,9 @@ def load_run_config(model_name: str, overrides: list[str], config_files=()):
         files=config_files,
         overrides=[f"model_name={model_name}", *overrides],
     )
+    from zoo.core.mesh import for_slices
+
+    cfg.mesh = for_slices(cfg.mesh, topology.parse(cfg.tpu))
     if not config_lib.sets_key("global_batch_size", config_files, overrides):
         cfg.global_batch_size = default_global_batch(cfg)
     return family, cfg

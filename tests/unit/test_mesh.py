@@ -1,6 +1,13 @@
 import pytest
 
-from zoo.core.mesh import MeshConfig, MeshError, resolve_axis_sizes
+from zoo.core.mesh import (
+    MeshConfig,
+    MeshError,
+    for_slices,
+    resolve_axis_sizes,
+    slice_major_device_ids,
+)
+from zoo.core.topology import parse
 
 
 def test_fsdp_defaults_to_all_devices():
@@ -37,3 +44,28 @@ def test_impossible_meshes_are_clear_errors(config, devices, message):
     with pytest.raises(MeshError) as error:
         resolve_axis_sizes(config, devices)
     assert message in str(error.value)
+
+
+def test_slices_default_to_data_parallel_across_them():
+    assert for_slices(MeshConfig(), parse("2xv6e-256")).dcn == {"data": 2}
+    assert for_slices(MeshConfig(), parse("v6e-256")).dcn == {}
+    assert for_slices(MeshConfig(dcn={"data": 2}), parse("cpu-8")).dcn == {"data": 2}
+
+
+@pytest.mark.parametrize("config,tpu,message", [
+    (MeshConfig(dcn={"data": 2}), "v6e-256", "use --tpu 2xv6e-256"),
+    (MeshConfig(dcn={"data": 4}), "2xv6e-256", "multiply to 2"),
+    (MeshConfig(dcn={"tensor": 2}), "2xv6e-256", "collective of every layer"),
+    (MeshConfig(dcn={"data": 3}), "cpu-8", "do not split the 8 devices"),
+])
+def test_slice_meshes_that_cannot_work_are_refused_in_one_line(config, tpu, message):
+    with pytest.raises(MeshError, match=message):
+        for_slices(config, parse(tpu))
+
+
+def test_an_axis_split_over_slices_crosses_between_them_only_at_its_dcn_degree():
+    sizes = {"data": 4, "fsdp": 2, "sequence": 1, "expert": 1, "tensor": 1}
+    ids = slice_major_device_ids(sizes, {"data": 2}).reshape(4, 2)
+    slice_of = ids // 4  # devices 0-3 are slice 0, 4-7 slice 1
+    assert slice_of.tolist() == [[0, 0], [0, 0], [1, 1], [1, 1]]
+    assert sorted(ids.flatten().tolist()) == list(range(8))

@@ -79,7 +79,6 @@ def test_plain_attention_and_fp32_map_to_dot_product_and_float32():
     ("llama-tiny", ["sharding=fsdp_context", "mesh.sequence=2"],
      "sharding=fsdp_context has no MaxText counterpart"),
     ("llama-tiny", ["mesh.tensor=2"], "mesh.tensor=2 under sharding=fsdp"),
-    ("llama-tiny", ["mesh.dcn={fsdp: 2}"], "mesh.dcn (multi-slice) does not map"),
     ("llama-tiny", ["optim.name=sgd", "global_batch_size=100"], None),
 ])
 def test_settings_without_a_maxtext_counterpart_are_refused_by_name(model, overrides, message):
@@ -88,6 +87,13 @@ def test_settings_without_a_maxtext_counterpart_are_refused_by_name(model, overr
         return
     with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
         keys(model, "v5p-8", *overrides)
+
+
+def test_slices_map_to_maxtexts_dcn_degrees():
+    found = keys("llama-tiny", "2xv5p-8", "global_batch_size=8")
+    assert {"ici_data_parallelism=1", "ici_fsdp_parallelism=4", "dcn_data_parallelism=2",
+            "dcn_fsdp_parallelism=1"} <= set(found)
+    assert not any(key.startswith("dcn_") for key in keys("llama-tiny", "v5p-8"))
 
 
 def test_a_batch_maxtext_cannot_split_per_device_is_refused():

@@ -98,3 +98,27 @@ def test_cli_bad_type_is_one_line_and_nonzero():
     result = CliRunner().invoke(cli, ["topology", "v4-33"])
     assert result.exit_code != 0
     assert result.output.count("\n") == 1 and "valid forms" in result.output
+
+
+def test_slices_of_one_type_count_every_chip_host_and_device():
+    two = parse("2xv6e-256")
+    assert (two.slices, two.chips, two.hosts, two.devices) == (2, 512, 128, 512)
+    assert (two.slice_name, two.devices_per_slice, two.one_slice()) == (
+        "v6e-256", 256, parse("v6e-256"))
+    assert parse("1xv5p-128") == parse("v5p-128")
+    simulated = parse("2xcpu-4")  # one process: one host holding both simulated slices
+    assert (simulated.slices, simulated.devices, simulated.hosts) == (2, 8, 1)
+
+
+@pytest.mark.parametrize("bad,message", [("0xv6e-8", "no slices"), ("2x2xv6e-8", "nests"),
+                                         ("2xcpu", "2xcpu-4"), ("2xv6e-7", "valid forms")])
+def test_bad_slice_counts_say_what_is_wrong(bad, message):
+    with pytest.raises(TopologyError, match=message):
+        parse(bad)
+
+
+def test_topology_gives_both_networks_per_chip():
+    info = json.loads(CliRunner().invoke(cli, ["topology", "2xv5p-128", "--json"]).output)
+    assert info["slices"] == 2
+    assert info["ici_bytes_per_s_per_chip"] == 600e9
+    assert info["dcn_bytes_per_s_per_chip"] == 50e9 / 8  # 50 Gbps per chip (Google's spec)
