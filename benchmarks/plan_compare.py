@@ -55,7 +55,7 @@ class Comparison:
         if not isinstance(step, CompiledStep):
             return None
         return project(step.matmul_flops, step.bytes_accessed, step.collectives,
-                       self.analytic.topology)
+                       self.analytic.topology, step.dcn_collectives)
 
     def record(self) -> dict:
         """The `--json` record: both sides, every number the table shows."""
@@ -82,6 +82,7 @@ class Comparison:
                     "aliased": step.alias_bytes, "temporaries": step.temp_bytes,
                     "generated_code": step.code_bytes, "total": step.total_bytes},
             "collectives": step.collectives,
+            "dcn_collectives": step.dcn_collectives,
             "matmul_flops": step.matmul_flops,
             "matmul_flops_loop_bodies_once": step.matmul_flops_once,
             "cost_analysis": {"flops": step.flops, "bytes_accessed": step.bytes_accessed},

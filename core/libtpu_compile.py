@@ -78,8 +78,10 @@ def compile_text(hlo_text: str, devices: list) -> tuple[dict, str]:
     build.use_spmd_partitioning = True
     build.num_partitions = len(devices)
     build.num_replicas = 1
+    # partition i runs on devices[i], by the device's own id (a multi-slice topology numbers
+    # slice s's devices from (s + 1) x 100000)
     build.device_assignment = xc.DeviceAssignment.create(
-        np.arange(len(devices)).reshape(1, len(devices)))
+        np.array([device.id for device in devices]).reshape(1, len(devices)))
     client = devices[0].client
     start = time.perf_counter()
     try:

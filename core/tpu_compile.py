@@ -46,6 +46,8 @@ class CompiledStep:
     # trip counts of the program's loops (scan); the cost analysis counts each body once
     loop_trips: list[int] = dataclasses.field(default_factory=list)
     matmul_flops_once: float = 0.0  # the same matmuls with each loop body counted once
+    # collectives as above that cross slices over the data-center network (multi-slice)
+    dcn_collectives: dict = dataclasses.field(default_factory=dict)
 
     def roofline_seconds(self, topo: Topology) -> tuple[float, str]:
         """The compiler's step-time estimate and where it comes from: its own
@@ -200,6 +202,7 @@ def compiled_step(stats: dict, compiled_text: str) -> CompiledStep | OutOfMemory
         **{field: stats[field] for field in STAT_FIELDS},
         matmul_flops=matmul_flops,
         collectives=count_collectives(compiled_text),
+        dcn_collectives=count_dcn_collectives(compiled_text),
         loop_trips=loop_trips(compiled_text),
         matmul_flops_once=matmul_flops_once,
     )
@@ -259,6 +262,35 @@ def count_collectives(hlo_text: str) -> dict:
             totals[kind]["count"] += times
             totals[kind]["bytes"] += times * _array_bytes(shape)
     return {kind: value for kind, value in totals.items() if value["count"]}
+
+
+_MEGASCALE_TYPE = re.compile(r'_xla_megascale_transfer_type="(\w+)"')
+_RENDEZVOUS = re.compile(r'_xla_host_transfer_rendezvous="([^"]+)"')
+_SEND_BUFFER = re.compile(r"= \((\w+\[[\d,]*\])")  # a send's result: (buffer, u32[], token[])
+
+
+def count_dcn_collectives(hlo_text: str) -> dict:
+    """Collectives that cross slices, by kind: count and bytes each chip sends (per step).
+    In a multi-slice program libtpu keeps each slice's collectives as ICI collectives over
+    slice-local groups and hands what crosses slices to the megascale runtime as host
+    transfers (`send`/`recv` pairs with `_xla_megascale_transfer_type`, e.g. ALL_REDUCE):
+    those sends are the data-center network's traffic. Loop bodies count once per trip."""
+    totals: dict[str, dict] = {}
+    seen = set()
+    for _, line, times in _walk(hlo_text):
+        kind = _MEGASCALE_TYPE.search(line)
+        if not kind or " send(" not in line:
+            continue
+        rendezvous = _RENDEZVOUS.search(line)
+        if rendezvous and rendezvous.group(1) in seen:
+            continue
+        seen.update(rendezvous.groups() if rendezvous else ())
+        shape = _SEND_BUFFER.search(line)
+        entry = totals.setdefault(kind.group(1).lower().replace("_", "-"),
+                                  {"count": 0, "bytes": 0})
+        entry["count"] += times
+        entry["bytes"] += times * (_array_bytes(shape.group(1)) if shape else 0)
+    return totals
 
 
 def count_matmul_flops(hlo_text: str) -> tuple[float, float]:

@@ -16,6 +16,7 @@ from zoo.compose import load_run_config
 from zoo.core import config as config_lib
 from zoo.core import runtime, topology
 from zoo.core.errors import UserError
+from zoo.core.step_model import project
 from zoo.core.tpu_compile import FIT_ADVICE, CompiledStep, OutOfMemory
 from zoo.plan import Plan, describe, make_plan
 from zoo.registry import resolve
@@ -256,6 +257,11 @@ class CompiledPlan:
                                "cost_analysis_vector_share": step.vector_flops_share,
                                "loop_trips": step.loop_trips},
             "collectives": step.collectives,
+            **({"dcn_collectives": step.dcn_collectives,
+                "projected_step": project(step.matmul_flops, step.bytes_accessed,
+                                          step.collectives, topo,
+                                          step.dcn_collectives).record()}
+               if topo.slices > 1 else {}),
             "compiler_estimate": {
                 "step_seconds": roofline,
                 "source": source,
@@ -346,9 +352,16 @@ def describe_compiled(plan: CompiledPlan) -> str:
             f"  {format_bytes(plan.unplanned_input_bytes)} of the step's inputs are device "
             "data it made itself, not planned placeholders, and are compiled unsharded: "
             "arguments may be overstated by up to that much")
-    lines.append("collectives per chip per step: " + (", ".join(
-        f"{kind} x{v['count']} ({format_bytes(v['bytes'])})"
-        for kind, v in record["collectives"].items()) or "none"))
+    lines.append("collectives per chip per step: " + _collectives_text(record["collectives"]))
+    if topo.slices > 1:
+        model = record["projected_step"]
+        lines += [
+            f"  across the {topo.slices} slices (data-center network): "
+            + _collectives_text(record["dcn_collectives"]),
+            f"projected step ({model['label']}): {_seconds(model['overlapped_s'])} with "
+            f"communication overlapped, {_seconds(model['exposed_s'])} exposed (compute "
+            f"{_seconds(model['compute_s'])}, HBM {_seconds(model['memory_s'])}, ICI "
+            f"{_seconds(model['communication_s'])}, DCN {_seconds(model['dcn_s'])})"]
     estimate = record["compiler_estimate"]
     lines.append(
         f"compiler's estimate, not a measurement: {estimate['step_seconds'] * 1e3:,.1f} ms/step "
@@ -357,6 +370,17 @@ def describe_compiled(plan: CompiledPlan) -> str:
     if not plan.fits and plan.analytic.fits:
         lines.append(FIT_ADVICE)
     return "\n".join(lines)
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.3f} s" if value >= 1 else f"{value * 1e3:.3g} ms"
+
+
+def _collectives_text(collectives: dict) -> str:
+    from zoo.core.table import format_bytes
+
+    return ", ".join(f"{kind} x{v['count']} ({format_bytes(v['bytes'])})"
+                     for kind, v in collectives.items()) or "none"
 
 
 def hbm_difference_note(plan: CompiledPlan) -> str:

@@ -21,6 +21,7 @@ from zoo.core.topology import parse
 from zoo.core.tpu_compile import (
     compile_target,
     count_collectives,
+    count_dcn_collectives,
     count_matmul_flops,
     loop_trips,
     parse_out_of_memory,
@@ -231,6 +232,32 @@ def test_compile_targets_match_the_slices():
     assert compile_target(parse("v5p-128"))["wrap"] == (True, True, True)
     assert compile_target(parse("v6e-8"))["topology_name"] == "v6e:2x4"
     assert compile_target(parse("v4-8"))["chip_config_name"] == "megacore"
+
+
+def test_slices_compile_as_one_topology_of_several_slices():
+    target = compile_target(parse("2xv6e-256"))
+    assert (target["topology_name"], target["num_slices"]) == ("v6e:16x16", 2)
+    assert compile_target(parse("v6e-256"))["num_slices"] == 1
+
+
+def test_dcn_collectives_are_the_megascale_transfers_counted_once_per_rendezvous():
+    """libtpu hands what crosses slices to the megascale runtime as send/recv host
+    transfers; the send's buffer is what a chip sends, its pair (the recv) is not counted."""
+    attrs = ('is_host_transfer=true, frontend_attributes={_xla_host_transfer_handler_name='
+             '"xla_megascale_runtime",_xla_host_transfer_rendezvous="R",'
+             '_xla_megascale_transfer_type="T"}')
+
+    def transfer(op, shape, rendezvous, kind):
+        return (f"  %{op}.{rendezvous} = ({shape}, u32[], token[]) {op}(%x, %t), "
+                + attrs.replace('"R"', f'"{rendezvous}"').replace('"T"', f'"{kind}"') + "\n")
+    body = (transfer("send", "f32[1024,8]{1,0}", "ar.1", "ALL_REDUCE")
+            + transfer("recv", "f32[1024,8]{1,0}", "ar.1", "ALL_REDUCE")
+            + transfer("send", "bf16[4,8]{1,0}", "ag.2", "ALL_GATHER"))
+    hlo = (f"HloModule m\n\nENTRY %main (x: f32[8]) -> f32[8] {{\n{body}"
+           "  ROOT %x = f32[8] parameter(0)\n}\n")
+    assert count_dcn_collectives(hlo) == {"all-reduce": {"count": 1, "bytes": 1024 * 8 * 4},
+                                          "all-gather": {"count": 1, "bytes": 4 * 8 * 2}}
+    assert count_collectives(hlo) == {}  # none of them is an ICI collective
 
 
 def test_collectives_count_async_pairs_fused_scatters_combined_tuples_and_loop_trips():

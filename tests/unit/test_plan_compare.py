@@ -160,6 +160,17 @@ def test_step_model_counts_compute_hbm_and_ring_collectives():
     assert model.record()["label"] == LABEL == "a model, not a measurement"
 
 
+def test_step_model_puts_what_crosses_slices_on_the_data_center_network():
+    topo = parse("2xv5p-128")  # DCN 50 Gbps = 6.25 GB/s per chip; ring over 2 slices
+    dcn = {"all-reduce": {"count": 2, "bytes": 6.25e9}, "all-gather": {"count": 1, "bytes": 1e9}}
+    model = project(459e12, 0.0, {}, topo, dcn)
+    assert model.dcn_s == pytest.approx((2 * 1 / 2 * 6.25e9 + 1 * 1e9) / 6.25e9)  # 1.16
+    assert model.overlapped_s == pytest.approx(model.dcn_s)
+    assert model.exposed_s == pytest.approx(1.0 + model.dcn_s)
+    with pytest.raises(UserError, match="no DCN bandwidth is published for v4"):
+        project(1.0, 0.0, {}, parse("2xv4-32"), dcn)
+
+
 def compiled(matmul_flops: float, collectives: dict) -> CompiledStep:
     return CompiledStep(argument_bytes=2 * GiB, output_bytes=GiB, alias_bytes=GiB,
                         temp_bytes=3 * GiB, code_bytes=GiB // 4, flops=matmul_flops * 1.1,
