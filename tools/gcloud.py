@@ -76,6 +76,39 @@ def create(node: Node, accelerator: str, version: str | None, spot: bool,
                   f"--version={version}", *capacity, *disk)
 
 
+def queued_resources(*args: str) -> list[str]:
+    return ["gcloud", "compute", "tpus", "queued-resources", *args]
+
+
+def create_slices(node: Node, slice_type: str, slices: int, version: str | None,
+                  spot: bool) -> list[str]:
+    """S slices as one queued resource (Multislice): nodes NAME-0 ... NAME-(S-1), created
+    together, reachable over the data-center network."""
+    generation = slice_type.split("-")[0].replace("v5e", "v5litepod")
+    version = version or DEFAULT_VERSIONS.get(generation, "tpu-ubuntu2204-base")
+    return queued_resources("create", node.name, *node.where(),
+                            f"--accelerator-type={slice_type}", f"--runtime-version={version}",
+                            f"--node-count={slices}", f"--node-prefix={node.name}",
+                            *(["--spot"] if spot else []))
+
+
+def describe_slices(node: Node) -> list[str]:
+    return queued_resources("describe", node.name, *node.where(), "--format=json")
+
+
+def delete_slices(node: Node) -> list[str]:
+    """The queued resource and (--force) its nodes."""
+    return queued_resources("delete", node.name, *node.where(), "--force", "--quiet")
+
+
+def slice_nodes(node: Node, slices: int) -> list[Node]:
+    """The TPU VMs of a job: the node itself, or NAME-0 ... NAME-(S-1) of its queued
+    resource."""
+    if slices == 1:
+        return [node]
+    return [dataclasses.replace(node, name=f"{node.name}-{index}") for index in range(slices)]
+
+
 def delete(node: Node) -> list[str]:
     return tpu_vm("delete", node.name, *node.where(), "--quiet")
 
@@ -112,10 +145,17 @@ class Gcloud:
 
     def state(self, node: Node) -> dict | None:
         """The node's description (state, acceleratorType, ...), or None if it is gone."""
+        return self._describe(node, describe(node), "check the node exists and its type")
+
+    def slices_state(self, node: Node) -> dict | None:
+        """The queued resource's description ({"state": {"state": ACTIVE, ...}}), or None."""
+        return self._describe(node, describe_slices(node), "check the slices are ACTIVE")
+
+    def _describe(self, node: Node, argv: list[str], note: str) -> dict | None:
         if self.dry_run:
-            self.run(describe(node), note="check the node exists and its type")
+            self.run(argv, note=note)
             return None
-        result = self.run(describe(node), capture=True, check=False)
+        result = self.run(argv, capture=True, check=False)
         if result.returncode:
             if "NOT_FOUND" in result.stderr or "not found" in result.stderr.lower():
                 return None

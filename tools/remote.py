@@ -24,13 +24,16 @@ def secrets_file_text(environ: dict) -> str | None:
     return "\n".join(lines) + "\n" if lines else None
 
 
-def start(argv: list[str]) -> str:
-    """Start `argv` in ~/zoo in the background, detached from the ssh session."""
+def start(argv: list[str], env: dict[str, str] | None = None) -> str:
+    """Start `argv` in ~/zoo in the background, detached from the ssh session, with `env`
+    (e.g. a slice's MEGASCALE_* settings) exported."""
+    exports = "".join(f"export {name}={shlex.quote(value)}; "
+                      for name, value in (env or {}).items())
     body = (
         f"if [ -f ~/{SECRETS_FILE} ]; then set -a; . ~/{SECRETS_FILE}; set +a; "
         f"rm -f ~/{SECRETS_FILE}; fi; "
         f"export PATH=$HOME/zoo/.venv/bin:$PATH; "  # `zoo ...` is the repo's install
-        f"{shlex.join(argv)}; echo $? > {RUN_DIR}/exit"
+        f"{exports}{shlex.join(argv)}; echo $? > {RUN_DIR}/exit"
     )
     return "\n".join([
         f"cd {REPO} || exit 1",

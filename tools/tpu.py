@@ -73,13 +73,13 @@ def send_secrets(gcloud: Gcloud, node: Node, environ=os.environ) -> None:
         gcloud.run(ssh(node, f"chmod 600 ~/{remote.SECRETS_FILE}"))
 
 
-def run(gcloud: Gcloud, node: Node, argv: list[str]) -> None:
+def run(gcloud: Gcloud, node: Node, argv: list[str], env: dict[str, str] | None = None) -> None:
     """Start argv on all workers in the background; logs in ~/zoo/.zoo-run/log per worker."""
     if not argv:
         raise UserError("nothing to run: give the command after --, e.g. "
                         "zoo tpu run NAME -- zoo train llama-1b --tpu v4-32")
     send_secrets(gcloud, node)
-    gcloud.run(ssh(node, remote.start(argv)),
+    gcloud.run(ssh(node, remote.start(argv, env)),
                note="background, detached; per-worker log ~/zoo/.zoo-run/log, pid file "
                     "~/zoo/.zoo-run/pid")
 

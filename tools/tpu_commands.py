@@ -5,8 +5,17 @@ from __future__ import annotations
 
 import click
 
+from zoo.tools import slices as multi
 from zoo.tools import tpu as ops
-from zoo.tools.gcloud import Gcloud, Node, create, delete
+from zoo.tools.gcloud import (
+    Gcloud,
+    Node,
+    create,
+    create_slices,
+    delete,
+    delete_slices,
+    slice_nodes,
+)
 
 DATA_DISK_HELP = ("A persistent disk (projects/P/zones/Z/disks/D) to attach read-write: "
                   "where checkpoints survive the VM.")
@@ -18,6 +27,8 @@ def node_options(command):
         click.option("--zone", help="GCE zone (default: CLOUDSDK_COMPUTE_ZONE)."),
         click.option("--project", help="GCP project (default: gcloud's configured one)."),
         click.option("--dry-run", is_flag=True, help="Print the gcloud commands; run nothing."),
+        click.option("--slices", default=1, show_default=True, type=click.IntRange(min=1),
+                     help="Slices of a multi-slice job (its nodes are NAME-0, NAME-1, ...)."),
     ]):
         command = option(command)
     return command
@@ -40,23 +51,42 @@ def tpu():
 @click.option("--spot", is_flag=True, help="Spot capacity (cheaper, can be preempted).")
 @click.option("--preemptible", is_flag=True, help="Preemptible capacity.")
 @click.option("--data-disk", help=DATA_DISK_HELP)
-def create_command(name, zone, project, dry_run, accelerator, version, spot, preemptible,
-                   data_disk):
-    """Create TPU VM NAME."""
+def create_command(name, zone, project, dry_run, slices, accelerator, version, spot,
+                   preemptible, data_disk):
+    """Create TPU VM NAME, or with --slices S (or --tpu Sx<type>) S slices as one queued
+    resource: nodes NAME-0 ... NAME-(S-1)."""
+    slice_type, slices = job_slices(accelerator, slices)
+    gcloud, node = target(name, zone, project, dry_run)
+    if slices == 1:
+        gcloud.run(create(node, slice_type, version, spot, preemptible, data_disk))
+        return
+    if preemptible or data_disk:
+        raise click.UsageError("a multi-slice job takes --spot (not --preemptible) and keeps "
+                               "its checkpoints in a bucket (not --data-disk)")
+    gcloud.run(create_slices(node, slice_type, slices, version, spot))
+
+
+def job_slices(accelerator: str, slices: int) -> tuple[str, int]:
+    """(each slice's type, how many): `--tpu 2xv6e-256` or `--tpu v6e-256 --slices 2`."""
     from zoo.core import topology
 
-    topology.parse(accelerator)  # a clear error for impossible slice types
-    gcloud, node = target(name, zone, project, dry_run)
-    gcloud.run(create(node, accelerator, version, spot, preemptible, data_disk))
+    topo = topology.parse(accelerator)  # a clear error for impossible slice types
+    if topo.slices > 1 and slices not in (1, topo.slices):
+        raise click.UsageError(f"--tpu {accelerator} is {topo.slices} slices, --slices says "
+                               f"{slices}; give one of them")
+    return topo.slice_name, max(topo.slices, slices)
 
 
 def node_command(command_name: str, operation, help_text: str) -> None:
-    """`zoo tpu COMMAND_NAME NAME`: an operation that needs nothing but the node."""
+    """`zoo tpu COMMAND_NAME NAME`: an operation that needs nothing but the node, done on
+    every slice's node of a multi-slice job."""
 
     @tpu.command(command_name, help=help_text)
     @node_options
-    def command(name, zone, project, dry_run):
-        operation(*target(name, zone, project, dry_run))
+    def command(name, zone, project, dry_run, slices):
+        gcloud, node = target(name, zone, project, dry_run)
+        for each in slice_nodes(node, slices):
+            operation(gcloud, each)
 
 
 node_command("setup", ops.setup, "Copy this repo to every worker and run setup_vm.sh there.")
@@ -69,43 +99,61 @@ node_command("stop", ops.stop,
 @tpu.command("run", context_settings={"ignore_unknown_options": True})
 @node_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def run_command(name, zone, project, dry_run, command):
-    """Start COMMAND (after --) on every worker in the background, in ~/zoo."""
-    ops.run(*target(name, zone, project, dry_run), list(command))
+def run_command(name, zone, project, dry_run, slices, command):
+    """Start COMMAND (after --) on every worker in the background, in ~/zoo; on every
+    slice of a multi-slice job, with its megascale settings."""
+    gcloud, node = target(name, zone, project, dry_run)
+    if slices == 1:
+        ops.run(gcloud, node, list(command))
+    else:
+        multi.run(gcloud, node, slices, list(command))
 
 
 @tpu.command("logs")
 @node_options
 @click.option("--worker", default=0, show_default=True, help="Worker index.")
+@click.option("--slice", "slice_index", default=0, show_default=True,
+              help="Slice index (multi-slice jobs).")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new lines.")
-def logs_command(name, zone, project, dry_run, worker, follow):
+def logs_command(name, zone, project, dry_run, slices, worker, slice_index, follow):
     """Print a worker's run log."""
-    ops.logs(*target(name, zone, project, dry_run), worker, follow)
+    gcloud, node = target(name, zone, project, dry_run)
+    if not 0 <= slice_index < slices:
+        raise click.UsageError(f"--slice {slice_index}: the job has slices 0-{slices - 1}")
+    ops.logs(gcloud, slice_nodes(node, slices)[slice_index], worker, follow)
 
 
 @tpu.command("status")
 @node_options
-def status_command(name, zone, project, dry_run):
-    """The node's state and, per worker, whether the run is going."""
+def status_command(name, zone, project, dry_run, slices):
+    """The node's (each slice's) state and, per worker, whether the run is going."""
     gcloud, node = target(name, zone, project, dry_run)
-    info = gcloud.state(node)
-    if dry_run:
-        ops.worker_states(gcloud, node)
-        return
-    if info is None:
-        click.echo(f"{name}: not found in {node.zone}")
-        return
-    click.echo(f"{name}: {info.get('state', '?')} ({info.get('acceleratorType', '?')})")
-    for index, state in enumerate(ops.worker_states(gcloud, node)):
-        click.echo(f"  worker {index}: {state}")
+    if slices > 1:
+        info = gcloud.slices_state(node)
+        if not dry_run:
+            click.echo(f"{name}: {((info or {}).get('state') or {}).get('state', 'GONE')} "
+                       f"({slices} slices)")
+    for each in slice_nodes(node, slices):
+        info = gcloud.state(each)
+        if dry_run:
+            ops.worker_states(gcloud, each)
+            continue
+        if info is None:
+            click.echo(f"{each.name}: not found in {node.zone}")
+            continue
+        click.echo(f"{each.name}: {info.get('state', '?')} "
+                   f"({info.get('acceleratorType', '?')})")
+        if info.get("state") == "READY":
+            for index, state in enumerate(ops.worker_states(gcloud, each)):
+                click.echo(f"  worker {index}: {state}")
 
 
 @tpu.command("delete")
 @node_options
-def delete_command(name, zone, project, dry_run):
-    """Delete TPU VM NAME."""
+def delete_command(name, zone, project, dry_run, slices):
+    """Delete TPU VM NAME (with --slices: the queued resource and all its nodes)."""
     gcloud, node = target(name, zone, project, dry_run)
-    gcloud.run(delete(node))
+    gcloud.run(delete(node) if slices == 1 else delete_slices(node))
 
 
 @tpu.command("babysit", context_settings={"ignore_unknown_options": True})
@@ -120,12 +168,23 @@ def delete_command(name, zone, project, dry_run):
 @click.option("--poll", default=120.0, show_default=True, help="Seconds between checks.")
 @click.option("--data-disk", help=DATA_DISK_HELP)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def babysit_command(name, zone, project, dry_run, accelerator, version, spot, preemptible,
-                    max_restarts, backoff, poll, data_disk, command):
-    """Keep COMMAND running on NAME: recreate, set up and restart it after preemption.
-    Training resumes from its latest complete checkpoint."""
+def babysit_command(name, zone, project, dry_run, slices, accelerator, version, spot,
+                    preemptible, max_restarts, backoff, poll, data_disk, command):
+    """Keep COMMAND running on NAME: recreate, set up and restart it after preemption (all
+    slices of a multi-slice job when any one is lost). Training resumes from its latest
+    complete checkpoint."""
+    slice_type, slices = job_slices(accelerator, slices)
     gcloud, node = target(name, zone, project, dry_run)
-    code = ops.babysit(gcloud, node, accelerator, list(command), spot=spot,
-                       preemptible=preemptible, version=version, max_restarts=max_restarts,
-                       backoff=backoff, poll=poll, data_disk=data_disk, echo=click.echo)
+    if slices == 1:
+        code = ops.babysit(gcloud, node, slice_type, list(command), spot=spot,
+                           preemptible=preemptible, version=version,
+                           max_restarts=max_restarts, backoff=backoff, poll=poll,
+                           data_disk=data_disk, echo=click.echo)
+    else:
+        if preemptible or data_disk:
+            raise click.UsageError("a multi-slice job takes --spot (not --preemptible) and "
+                                   "keeps its checkpoints in a bucket (not --data-disk)")
+        code = multi.babysit(gcloud, node, slice_type, slices, list(command), spot=spot,
+                             version=version, max_restarts=max_restarts, backoff=backoff,
+                             poll=poll, echo=click.echo)
     raise SystemExit(code)

@@ -178,3 +178,43 @@ def test_babysit_gives_up_with_a_summary(fake):
     assert result.returncode == 1
     assert "giving up after 2 restart(s) (limit 2)" in result.stdout
     assert "node preempted" in result.stdout
+
+
+def test_slices_dry_run_prints_the_queued_resource_and_each_slices_megascale_settings(fake):
+    create = fake.zoo("tpu", "create", "job", "--tpu", "v6e-256", "--slices", "2", *ZONE,
+                      "--spot", "--dry-run")
+    assert create.returncode == 0, create.stderr
+    assert create.stdout.startswith(
+        "gcloud compute tpus queued-resources create job --zone us-central2-b --project "
+        "my-proj --accelerator-type=v6e-256 --runtime-version=v2-alpha-tpuv6e --node-count=2 "
+        "--node-prefix=job --spot")
+    same = fake.zoo("tpu", "create", "job", "--tpu", "2xv6e-256", *ZONE, "--spot", "--dry-run")
+    assert same.stdout == create.stdout
+    run = fake.zoo("tpu", "run", "job", "--slices", "2", *ZONE, "--dry-run", "--", "zoo",
+                   "train", "llama-70b", "--tpu", "2xv6e-256")
+    for index in (0, 1):
+        assert f"tpu-vm ssh job-{index} " in run.stdout
+        assert f"MEGASCALE_SLICE_ID={index}" in run.stdout
+    assert run.stdout.count("MEGASCALE_NUM_SLICES=2") == 2
+    assert fake.calls() == []
+
+
+def test_babysit_restarts_every_slice_when_one_is_preempted(fake, tmp_path):
+    """Two slices; the second's first run is preempted. The job's progress lives outside
+    the nodes (a checkpoint in a bucket): slice 0 saves step 3 and is stopped with the
+    rest; then both slices start again from step 3, with their megascale settings."""
+    ckpt, progress = tmp_path / "ckpt", tmp_path / "progress"
+    fake.set_state(preempt_on_starts=[2], workers=1)
+    script = (f"n=$(cat {ckpt} 2>/dev/null || echo 0); "
+              f"echo $MEGASCALE_SLICE_ID $n $MEGASCALE_COORDINATOR_ADDRESS >> {progress}; "
+              f"if [ $n = 0 ]; then sleep 0.5; echo 3 > {ckpt}; sleep 60; fi")
+    result = fake.zoo("tpu", "babysit", "job", "--tpu", "2xv4-16", *ZONE, "--spot",
+                      "--backoff", "0.01", "--poll", "1", "--", "bash", "-c", script,
+                      timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "restart 1/10 of all 2 slices" in result.stdout
+    assert "done after 1 restart(s)" in result.stdout
+    lines = progress.read_text().splitlines()
+    assert sorted(lines[-2:]) == ["0 3 10.0.0.2:8080", "1 3 10.0.0.2:8080"]
+    creates = [c for c in fake.calls() if c[2:4] == ["queued-resources", "create"]]
+    assert len(creates) == 2 and all("--node-count=2" in c for c in creates)
