@@ -61,7 +61,7 @@ class Comparison:
         """The `--json` record: both sides, every number the table shows."""
         plan, topo = self.analytic, self.analytic.topology
         return {"model": plan.model, "slice": topo.name, "generation": topo.generation,
-                "chips": topo.chips, "mesh": plan.mesh,
+                "chips": topo.chips, "slices": topo.slices, "mesh": plan.mesh,
                 "hbm_per_chip": plan.hbm_bytes, "attention": self.attention,
                 "versions": self.versions, "maxtext_keys": self.maxtext_keys,
                 "model_flops_per_chip": self.model_flops_per_chip,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from zoo.core.step_model import LABEL, RING_FACTOR
 from zoo.core.table import format_bytes, format_table
-from zoo.core.topology import HBM_BYTES_PER_S, ICI_BYTES_PER_S
+from zoo.core.topology import DCN_BYTES_PER_S, HBM_BYTES_PER_S, ICI_BYTES_PER_S
 from zoo.core.tpu_compile import COLLECTIVES
 
 
@@ -27,21 +27,28 @@ def _mfu(key: str):
                            else None)
 
 
-def _collective(kind: str, field: str):
+def _collective(kind: str, field: str, group: str = "collectives"):
     def value(record):
         if "collectives" not in record:
             return None
-        return record["collectives"].get(kind, {}).get(field, 0)
+        return (record.get(group) or {}).get(kind, {}).get(field, 0)
     return value
 
 
-def row_specs(records: dict) -> list[tuple]:
-    """(label, value of a side's record or None, how to show it) per row."""
+def _collective_rows(records: dict, group: str, label: str) -> list[tuple]:
     kinds = [kind for kind in COLLECTIVES
-             if any(kind in record.get("collectives", {}) for record in records.values())]
-    collectives = [spec for kind in kinds for spec in (
-        (f"{kind} count", _collective(kind, "count"), str),
-        (f"{kind} bytes", _collective(kind, "bytes"), format_bytes))]
+             if any(kind in (record.get(group) or {}) for record in records.values())]
+    return [spec for kind in kinds for spec in (
+        (f"{label}{kind} count", _collective(kind, "count", group), str),
+        (f"{label}{kind} bytes", _collective(kind, "bytes", group), format_bytes))]
+
+
+def row_specs(records: dict) -> list[tuple]:
+    """(label, value of a side's record or None, how to show it) per row; what crosses
+    slices (multi-slice) in rows of its own."""
+    collectives = [*_collective_rows(records, "collectives", ""),
+                   *_collective_rows(records, "dcn_collectives", "DCN ")]
+    over_slices = any(record.get("dcn_collectives") for record in records.values())
     return [
         ("HBM arguments", _hbm("arguments"), format_bytes),
         ("HBM temporaries", _hbm("temporaries"), format_bytes),
@@ -54,6 +61,7 @@ def row_specs(records: dict) -> list[tuple]:
         ("model: compute", _projected("compute_s"), _seconds),
         ("model: HBM traffic", _projected("memory_s"), _seconds),
         ("model: ICI traffic", _projected("communication_s"), _seconds),
+        *([("model: DCN traffic", _projected("dcn_s"), _seconds)] if over_slices else []),
         ("projected step, ICI overlapped", _projected("overlapped_s"), _seconds),
         ("projected step, ICI exposed", _projected("exposed_s"), _seconds),
         ("projected MFU, ICI overlapped", _mfu("overlapped"), lambda value: f"{value:.1%}"),
@@ -104,8 +112,12 @@ def describe(record: dict) -> str:
         f"cost analysis's bytes / {HBM_BYTES_PER_S[generation] / 1e9:,.0f} GB/s (loop bodies "
         f"counted once: a lower bound under scan); ICI traffic = collective bytes x ring "
         f"factor ({factors}; (n-1)/n taken as 1) / {ICI_BYTES_PER_S[generation] / 1e9:,.0f} "
-        "GB/s per chip and direction, all links busy. Compute and HBM overlap (the larger "
-        "counts); ICI overlapped = the largest of the three, exposed = added to it. "
+        "GB/s per chip and direction, all links busy"
+        + (f"; DCN traffic = what crosses slices (libtpu's megascale transfers) x ring "
+           f"factor over {record['slices']} slices / {DCN_BYTES_PER_S[generation] / 1e9:g} "
+           "GB/s per chip" if record.get("slices", 1) > 1 else "")
+        + ". Compute and HBM overlap (the larger counts); communication overlapped = the "
+        "largest of the terms, exposed = added to it. "
         f"MFU = model FLOPs {record['model_flops_per_chip']:.3e} per chip (3 x forward, "
         "causal; the same for both) / (projected step x peak).",
     ])

@@ -30,6 +30,9 @@ class Plan:
     flops_per_step: float
     step_time_at_target_s: float | None
     target_mfu: float
+    # bytes each chip sends over the data-center network per step (multi-slice): the
+    # gradient reduction across slices, a ring all-reduce of its gradient shard
+    dcn_bytes: float = 0.0
 
     @property
     def total(self) -> float:
@@ -56,6 +59,7 @@ class Plan:
             "model_flops_per_step": self.flops_per_step,
             "step_seconds_at_target_mfu": self.step_time_at_target_s,
             "target_mfu": self.target_mfu,
+            **({"dcn_bytes_per_chip": self.dcn_bytes} if self.topology.slices > 1 else {}),
         }
 
 
@@ -98,6 +102,8 @@ def make_plan(model_name: str, slice_type: str, overrides: list[str], target_mfu
     items = family.task.items_per_step(cfg)
     flops = train_flops(family.forward_flops(cfg)) * items
     peak = topo.peak_bf16_flops or 0
+    slices = cfg.mesh.dcn.get("data", 1)  # FSDP across slices adds per-layer gathers (warned)
+    gradient_shard = param_bytes / 4 * (2 if bf16 else 4)  # reduced in the compute dtype
     return Plan(
         model_name,
         topo,
@@ -107,6 +113,7 @@ def make_plan(model_name: str, slice_type: str, overrides: list[str], target_mfu
         flops,
         flops / (target_mfu * peak) if peak else None,
         target_mfu,
+        dcn_bytes=2 * (slices - 1) / slices * gradient_shard,
     )
 
 
@@ -174,4 +181,11 @@ def describe(plan: Plan) -> str:
         lines.append(
             f"at {plan.target_mfu:.0%} MFU a step takes {plan.step_time_at_target_s:.3f} s"
         )
+    if plan.topology.slices > 1:
+        bandwidth = topology.DCN_BYTES_PER_S.get(plan.topology.generation)
+        lines.append(
+            f"across {plan.topology.slices} slices each chip sends {plan.dcn_bytes / gib:,.2f} "
+            "GiB a step over the data-center network (the gradient reduction)"
+            + (f", {plan.dcn_bytes / bandwidth:.3f} s at {bandwidth / 1e9:g} GB/s per chip"
+               if bandwidth else ""))
     return "\n".join(lines)
