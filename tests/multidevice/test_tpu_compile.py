@@ -127,7 +127,8 @@ def default_records(tmp_path_factory):
              + [CONTEXT_PRESET, EAGER_TENSOR] + MIXTRAL),
             ("v6e-8", [case(f, "fsdp", "none") for f in FAMILIES]),
             ("v4-32", [case(f, "fsdp", "none") for f in ON_SLICE["v4-32"]]),
-            ("v4-8", [BAD_PLAN])]
+            ("v4-8", [BAD_PLAN]),
+            ("2xv5p-8", [case("llama", "fsdp", "none")])]
     return compile_cases(jobs, tmp_path_factory.mktemp("compile"))
 
 
@@ -204,6 +205,24 @@ def test_one_preset_per_family_on_each_slice(default_records, slice_type):
         check_preset(record, None)
         assert record["chips"] == topo.chips and record["hosts"] == topo.hosts
         assert record["mesh"]["fsdp"] == topo.devices
+
+
+def test_two_slices_compile_with_the_gradient_reduction_across_them(default_records):
+    """2 x v5p-8, data parallel across the slices by default: the program compiles for a
+    topology of 2 slices, FSDP inside each, and what crosses slices is the gradient
+    reduction (all-reduces of each chip's gradient shard; at llama-tiny's size the
+    partitioner also gathers the embedding's output gradient, 128 KiB, across them)."""
+    record = default_records["2xv5p-8"][0]
+    assert record["fits"] and record["compile_target"]["num_slices"] == 2
+    assert record["mesh"]["data"] == 2 and record["mesh"]["fsdp"] == 4
+    check_flops(record)
+    dcn = record["dcn_collectives"]
+    gradient_shard = bf16_gradient_bytes(record) / record["mesh"]["fsdp"]
+    assert gradient_shard <= dcn["all-reduce"]["bytes"] <= 2 * gradient_shard, dcn
+    others = sum(v["bytes"] for kind, v in dcn.items() if kind != "all-reduce")
+    assert others <= 0.1 * dcn["all-reduce"]["bytes"], dcn
+    model = record["projected_step"]
+    assert model["dcn_s"] > 0 and model["label"] == "a model, not a measurement"
 
 
 def test_llama_70b_replicated_on_v4_8_does_not_fit(default_records):
