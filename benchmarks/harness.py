@@ -64,6 +64,7 @@ def summarize(entry: Entry, impl: str, raw: dict, peak: float | None) -> dict:
         "impl": impl,
         "model": entry.model,
         "tpu": entry.tpu,
+        "slices": topo.slices,  # over the data-center network (2xv6e-256: 2)
         "sharding": entry.sharding,
         "remat": entry.remat,
         "global_batch_size": entry.global_batch_size,

@@ -53,7 +53,7 @@ def test_bench_writes_every_output(bench_run):
                                                                     ("micro", "hf")]
     for record in results["records"]:
         assert record["compiles_timed"] == 0
-        assert record["timed_steps"] == 3 and record["devices"] == 2
+        assert record["timed_steps"] == 3 and record["devices"] == 2 and record["slices"] == 1
         assert 0 < record["mfu"] < 5 and record["items_per_s"] > 0
         assert record["peak_flops"] == calibration["peak_flops"]
         assert record["peak_before_entry_flops"] > 0
