@@ -243,7 +243,12 @@ def count_collectives(hlo_text: str) -> dict:
     loop body counts once per trip, so a scanned and an unrolled stack compare.
     One collective is counted once however many computations hold a copy of it: libtpu's
     async collective fusions repeat it in their start, update and done fusions under one
-    channel id (counting each copy tripled the all-gather bytes of an FSDP step)."""
+    channel id (counting each copy tripled the all-gather bytes of an FSDP step). Copies run
+    as often as each other; a channel id found again at another multiplicity is another
+    collective (libtpu reuses the id when it sinks a loop's collective into a copy outside
+    the loop: counting only the first copy, once, hid 95% of MaxText's gradient all-reduces
+    on two slices; a peeled trip counted beside the loop's known trip count may add one
+    layer's worth, ~1%)."""
     totals = {kind: {"count": 0, "bytes": 0} for kind in COLLECTIVES}
     channels = set()
     for computation, line, times in _walk(hlo_text):
@@ -256,9 +261,10 @@ def count_collectives(hlo_text: str) -> dict:
             if kind not in COLLECTIVES or op.endswith("-start"):
                 continue
             channel = _CHANNEL.search(line)
-            if channel and channel.group(1) in channels:
-                continue
-            channels.update(channel.groups() if channel else ())
+            if channel:
+                if (channel.group(1), times) in channels:
+                    continue
+                channels.add((channel.group(1), times))
             totals[kind]["count"] += times
             totals[kind]["bytes"] += times * _array_bytes(shape)
     return {kind: value for kind, value in totals.items() if value["count"]}

@@ -341,6 +341,25 @@ def test_collectives_count_once_across_libtpu_async_collective_fusion_copies():
     assert count_collectives(hlo) == {"all-gather": {"count": 1, "bytes": 64 * 8 * 2}}
 
 
+def test_a_channel_id_reused_outside_a_loop_is_another_collective():
+    """libtpu sinks a loop's collective into a copy outside the loop under the same channel
+    id: the loop's copy runs every trip, the other once."""
+    hlo = """HloModule m
+
+%body (p: bf16[64,8]) -> bf16[64,8] {
+  %p = bf16[64,8]{1,0} parameter(0)
+  ROOT %ar.1 = bf16[64,8]{1,0} all-reduce(%p), channel_id=21, replica_groups={{0,1,2,3}}
+}
+
+ENTRY %main (x: bf16[64,8]) -> bf16[64,8] {
+  %x = bf16[64,8]{1,0} parameter(0)
+  %ar.2 = bf16[64,8]{1,0} all-reduce(%x), channel_id=21, replica_groups={{0,1,2,3}}
+  ROOT %w = bf16[64,8]{1,0} while(%ar.2), condition=%cond, body=%body, backend_config=TRIPS
+}
+""".replace("TRIPS", '{"known_trip_count":{"n":"5"}}')
+    assert count_collectives(hlo) == {"all-reduce": {"count": 6, "bytes": 6 * 64 * 8 * 2}}
+
+
 def test_matmul_flops_count_dots_valid_convolution_windows_kernels_and_loop_trips():
     """Dots by their contracting dims; a convolution by its valid window positions only
     (the compiler writes batched dots as padded, dilated convolutions); a Pallas kernel by
