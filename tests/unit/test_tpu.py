@@ -218,3 +218,17 @@ def test_babysit_restarts_every_slice_when_one_is_preempted(fake, tmp_path):
     assert sorted(lines[-2:]) == ["0 3 10.0.0.2:8080", "1 3 10.0.0.2:8080"]
     creates = [c for c in fake.calls() if c[2:4] == ["queued-resources", "create"]]
     assert len(creates) == 2 and all("--node-count=2" in c for c in creates)
+
+
+def test_sync_leaves_out_installs_builds_and_run_output_but_ships_data_deeper(tmp_path):
+    """On a synthetic tree (a fresh clone has no build/ or egg-info to leave out)."""
+    from zoo.tools.tpu import repo_files
+
+    for path in ("README.md", "eval/tasks/data/arc.jsonl", "zoo/runs/keep.py",
+                 "build/lib/zoo/old.py", "zoo.egg-info/PKG-INFO", "runs/r/metrics.jsonl",
+                 "data/shard.bin", ".venv/bin/python", ".git/HEAD", "core/__pycache__/a.pyc",
+                 "checkpoints/step-1/x", "model.safetensors.partial", ".zoo-run/log"):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text("x")
+    shipped = {str(p.relative_to(tmp_path)) for p in repo_files(tmp_path)}
+    assert shipped == {"README.md", "eval/tasks/data/arc.jsonl", "zoo/runs/keep.py"}
