@@ -21,17 +21,17 @@ def train(out, tpu: str, steps: int, *extra):
 
 
 def check_restores(tmp_path, devices: int, elsewhere: dict[str, str]):
-    """Train on `devices` as 2 simulated slices, checkpoint at step 3 and go on to step 6;
-    resume copies of the step-3 run folder on each of `elsewhere` (name -> --tpu) without
-    slices and compare their losses for steps 4-6."""
+    """Train 6 steps on `devices` as 2 simulated slices, checkpointing at steps 3 and 6;
+    resume copies of the run folder, its step-6 checkpoint taken away, on each of
+    `elsewhere` (name -> --tpu) without slices and compare their losses for steps 4-6."""
     written = tmp_path / "two-slices"
-    first = train(written, f"cpu-{devices}", 3, "mesh.dcn.data=2")
+    first = train(written, f"cpu-{devices}", 6, "mesh.dcn.data=2")
     assert f"'data': 2, 'fsdp': {devices // 2}" in first.stdout + first.stderr
-    for name in elsewhere:
-        shutil.copytree(written, tmp_path / name)
-    train(written, f"cpu-{devices}", 6, "mesh.dcn.data=2")
+    assert "2 slices (data x2 over DCN)" in first.stdout + first.stderr
     reference = losses(written)
     for name, tpu in elsewhere.items():
+        shutil.copytree(written, tmp_path / name)
+        shutil.rmtree(tmp_path / name / "checkpoints" / "step-00000006")
         resumed = train(tmp_path / name, tpu, 6)
         assert "resuming from step 3" in resumed.stdout
         got = losses(tmp_path / name)
