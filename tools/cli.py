@@ -138,11 +138,15 @@ def train(model, overrides, tpu, steps, out, init_from, config_files, force_resu
     Example: zoo train llama-tiny --tpu cpu-4 --steps 40 optim.lr=1e-3 remat=scan
     """
     if node:
+        from zoo.core import topology
+        from zoo.tools import slices
+        from zoo.tools import tpu as one_slice
         from zoo.tools.gcloud import Gcloud, Node
-        from zoo.tools.tpu import launch_training
 
         if not tpu:
             raise UserError("--on needs --tpu TYPE: the slice type NAME must be")
+        multi_slice = topology.parse(tpu).slices > 1  # nodes NAME-0, NAME-1, ...
+        launch_training = (slices if multi_slice else one_slice).launch_training
         flags = [f"--{k}={v}" for k, v in (("steps", steps), ("out", out),
                                             ("init-from", init_from)) if v is not None]
         flags += ["--force-resume"] if force_resume else []

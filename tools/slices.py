@@ -118,3 +118,20 @@ def babysit(gcloud: Gcloud, node: Node, slice_type: str, slices: int, argv: list
     echo(f"babysit: giving up after {restarts} restart(s) (limit {max_restarts}); "
          f"events: {'; '.join(history)}")
     return 1
+
+
+def launch_training(gcloud: Gcloud, node: Node, model: str, accelerator: str,
+                    train_args: list[str], follow: bool = True) -> None:
+    """`zoo train MODEL --tpu SxTYPE --on NAME`: every slice's node checked to be a TYPE,
+    synced, and started with its megascale settings; then worker 0 of slice 0 followed."""
+    from zoo.core import topology
+
+    topo = topology.parse(accelerator)
+    nodes = slice_nodes(node, topo.slices)
+    for each in nodes:
+        ops.check_accelerator(gcloud, each, topo.slice_name)
+        ops.sync(gcloud, each)
+    run(gcloud, node, topo.slices,
+        [".venv/bin/zoo", "train", model, "--tpu", accelerator, *train_args])
+    if follow:
+        ops.logs(gcloud, nodes[0], worker=0, follow=True)

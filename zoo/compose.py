@@ -72,8 +72,8 @@ def select_runtime(slice_type: str) -> topology.Topology:
             "(XLA runs on the CPU here); run with --tpu cpu-N here, or launch on "
             "the slice"
         )
-    found = runtime.tpu_type()
-    if found and found != topo.name:
+    found = runtime.tpu_type()  # this VM's own slice: each slice of a multi-slice job
+    if found and found != topo.slice_name:
         raise UserError(
             f"--tpu {topo.name} does not match this TPU VM, which is a {found}; use --tpu {found}"
         )

@@ -232,3 +232,18 @@ def test_sync_leaves_out_installs_builds_and_run_output_but_ships_data_deeper(tm
         (tmp_path / path).write_text("x")
     shipped = {str(p.relative_to(tmp_path)) for p in repo_files(tmp_path)}
     assert shipped == {"README.md", "eval/tasks/data/arc.jsonl", "zoo/runs/keep.py"}
+
+
+def test_train_on_slices_checks_every_slice_and_starts_each_with_its_settings(fake):
+    fake.set_state(queued={"job": {"state": {"state": "ACTIVE"}, "nodes": ["job-0", "job-1"]}},
+                   nodes={"job-0": {"state": "READY", "workers": 1, "acceleratorType": "v4-16"},
+                          "job-1": {"state": "READY", "workers": 1, "acceleratorType": "v4-8"}})
+    result = fake.zoo("train", "llama-1b", "--tpu", "2xv4-16", "--on", "job", *ZONE)
+    assert result.returncode != 0
+    assert "job-1 is a v4-8, not a v4-16; use --tpu v4-8" in result.stderr
+    dry = fake.zoo("train", "llama-1b", "--tpu", "2xv4-16", "--on", "job", *ZONE, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    for index in (0, 1):
+        assert "tpu-vm scp " in dry.stdout and f"job-{index}:~/zoo-sync.tar.gz" in dry.stdout
+        assert f"MEGASCALE_SLICE_ID={index}" in dry.stdout
+    assert "zoo train llama-1b --tpu 2xv4-16" in dry.stdout

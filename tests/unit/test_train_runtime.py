@@ -33,6 +33,8 @@ def test_the_matching_tpu_type_passes(monkeypatch):
     monkeypatch.setattr(compose.runtime, "on_tpu_vm", lambda: True)
     monkeypatch.setenv("TPU_ACCELERATOR_TYPE", "v4-32")
     assert compose.select_runtime("v4-32").chips == 16
+    # each VM of a multi-slice job is one of its slices
+    assert compose.select_runtime("2xv4-32").chips == 32
 
 
 # libtpu's refusal of a program that does not fit a chip, as torch_xla raises it
