@@ -107,15 +107,13 @@ def for_slices(config: MeshConfig, topo) -> MeshConfig:
 
     dcn = dict(config.dcn) or ({"data": topo.slices} if topo.slices > 1 else {})
     slices = math.prod(dcn.values())
-    if topo.is_tpu and slices != topo.slices:
+    # a CPU topology of one slice lets mesh.dcn simulate any number
+    if (topo.is_tpu or topo.slices > 1) and slices != topo.slices:
         hint = (f"--tpu {slices}x{topo.slice_name}" if topo.slices == 1
                 else f"DCN degrees that multiply to {topo.slices}, e.g. mesh.dcn.data="
                      f"{topo.slices}")
         raise MeshError(f"mesh.dcn spans {slices} slice(s) but --tpu {topo.name} has "
                         f"{topo.slices}; use {hint}")
-    if not topo.is_tpu and topo.slices > 1 and slices != topo.slices:
-        raise MeshError(f"mesh.dcn spans {slices} slice(s) but --tpu {topo.name} simulates "
-                        f"{topo.slices}; make the DCN degrees multiply to {topo.slices}")
     if topo.devices % slices:
         raise MeshError(f"mesh.dcn spans {slices} slices, which do not split the "
                         f"{topo.devices} devices of {topo.name} evenly")

@@ -70,7 +70,7 @@ ICI_BYTES_PER_S = {"v4": 1.1e15 / 4096, "v5p": 600e9, "v5e": 200e9, "v6e": 400e9
 #        bandwidth per Pod 6.4 Tbps" over 256 chips: 25 Gbps (cloud.google.com/tpu/docs/v5e)
 #   v6e  4 x 200 Gbps NICs per 8-chip host, 25.6 Tbps per 256-chip pod: 100 Gbps
 #        (cloud.google.com/tpu/docs/v6e; recalled, the stored copy of that table is cut)
-# v4 has no per-chip DCN figure published: its multi-slice plans leave DCN time out.
+# v4 has no per-chip DCN figure published: its multi-slice step is not modelled (refused).
 DCN_BYTES_PER_S = {"v5p": 50e9 / 8, "v5e": 25e9 / 8, "v6e": 100e9 / 8}
 ALIASES = {"v5litepod": "v5e"}
 VALID_FORMS = (

@@ -66,10 +66,15 @@ def describe(node: Node) -> list[str]:
     return tpu_vm("describe", node.name, *node.where(), "--format=json")
 
 
+def software_version(accelerator: str, version: str | None) -> str:
+    """`version`, or the default TPU VM software for the slice type's generation."""
+    generation = accelerator.split("-")[0].replace("v5e", "v5litepod")
+    return version or DEFAULT_VERSIONS.get(generation, "tpu-ubuntu2204-base")
+
+
 def create(node: Node, accelerator: str, version: str | None, spot: bool,
            preemptible: bool, data_disk: str | None = None) -> list[str]:
-    generation = accelerator.split("-")[0].replace("v5e", "v5litepod")
-    version = version or DEFAULT_VERSIONS.get(generation, "tpu-ubuntu2204-base")
+    version = software_version(accelerator, version)
     capacity = ["--spot"] if spot else ["--preemptible"] if preemptible else []
     disk = [f"--data-disk=source={data_disk},mode=read-write"] if data_disk else []
     return tpu_vm("create", node.name, *node.where(), f"--accelerator-type={accelerator}",
@@ -84,10 +89,9 @@ def create_slices(node: Node, slice_type: str, slices: int, version: str | None,
                   spot: bool) -> list[str]:
     """S slices as one queued resource (Multislice): nodes NAME-0 ... NAME-(S-1), created
     together, reachable over the data-center network."""
-    generation = slice_type.split("-")[0].replace("v5e", "v5litepod")
-    version = version or DEFAULT_VERSIONS.get(generation, "tpu-ubuntu2204-base")
     return queued_resources("create", node.name, *node.where(),
-                            f"--accelerator-type={slice_type}", f"--runtime-version={version}",
+                            f"--accelerator-type={slice_type}",
+                            f"--runtime-version={software_version(slice_type, version)}",
                             f"--node-count={slices}", f"--node-prefix={node.name}",
                             *(["--spot"] if spot else []))
 

@@ -60,10 +60,14 @@ def create_command(name, zone, project, dry_run, slices, accelerator, version, s
     if slices == 1:
         gcloud.run(create(node, slice_type, version, spot, preemptible, data_disk))
         return
+    refuse_single_slice_options(preemptible, data_disk)
+    gcloud.run(create_slices(node, slice_type, slices, version, spot))
+
+
+def refuse_single_slice_options(preemptible: bool, data_disk: str | None) -> None:
     if preemptible or data_disk:
         raise click.UsageError("a multi-slice job takes --spot (not --preemptible) and keeps "
                                "its checkpoints in a bucket (not --data-disk)")
-    gcloud.run(create_slices(node, slice_type, slices, version, spot))
 
 
 def job_slices(accelerator: str, slices: int) -> tuple[str, int]:
@@ -181,9 +185,7 @@ def babysit_command(name, zone, project, dry_run, slices, accelerator, version, 
                            max_restarts=max_restarts, backoff=backoff, poll=poll,
                            data_disk=data_disk, echo=click.echo)
     else:
-        if preemptible or data_disk:
-            raise click.UsageError("a multi-slice job takes --spot (not --preemptible) and "
-                                   "keeps its checkpoints in a bucket (not --data-disk)")
+        refuse_single_slice_options(preemptible, data_disk)
         code = multi.babysit(gcloud, node, slice_type, slices, list(command), spot=spot,
                              version=version, max_restarts=max_restarts, backoff=backoff,
                              poll=poll, echo=click.echo)
