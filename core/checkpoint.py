@@ -5,11 +5,12 @@ Each checkpoint is one folder under the checkpoint location:
 
     DIR/step-00000040/
         .metadata, __*_*.distcp   torch.distributed.checkpoint (DCP) shards, written by every
-                                  process with torch_xla's SPMD planners: `model.<name>` for
+                                  process with its backend's planner (core/backends: torch_xla's
+                                  SPMD planners, or DCP's own for DTensors): `model.<name>` for
                                   model.state_dict(), `optim.<param name>.<key>` for each
                                   optimizer state tensor (exp_avg, exp_avg_sq, step, ...)
         trainer.pt                optimizer param groups (by parameter name), LR scheduler
-        rng-00000.pt              per process: torch CPU and torch_xla RNG states
+        rng-00000.pt              per process: torch CPU and the device's RNG states
         model.safetensors         only with consolidate=True: full unsharded weights by
                                   state_dict (Hugging Face) name
         meta.json                 step, data position, `extra`, process/device counts
@@ -90,17 +91,26 @@ class Checkpointer:
     """
 
     def __init__(self, location, keep: int = 3, consolidate: bool = False,
-                 async_save: bool = False):
+                 async_save: bool = False, backend=None):
         if keep < 1:
             raise CheckpointError(f"checkpoint keep must be at least 1, got {keep}")
         self.store = Store(location)
         self.keep = keep
         self.consolidate = consolidate
         self.async_save = async_save
+        self._backend = backend  # core/backends: how tensors are read and placed
         self._shared: bool | None = None  # every host sees one folder (found on first use)
         self._writer: Hosts | None = None  # the background writer's own group of the hosts
         self._background = concurrent.futures.ThreadPoolExecutor(1) if async_save else None
         self._pending: concurrent.futures.Future | None = None
+
+    @property
+    def backend(self):
+        if self._backend is None:
+            from zoo.core import backends
+
+            self._backend = backends.get("xla")
+        return self._backend
 
     @property
     def directory(self) -> str:
@@ -134,26 +144,19 @@ class Checkpointer:
         names = _param_names(model)
         opt_tensors, opt_values, groups = _split_optimizer(optimizer, names)
 
-        import torch_xla
-        import torch_xla.core.xla_model as xm
-        import torch_xla.runtime as xr
-
-        # Materialise pending lazy computations (the last step's updates) before reading. Every
-        # sync advances torch_xla's RNG seed, so the seed is read right after this one: a
-        # resumed run then draws exactly what the saving run draws next.
-        torch_xla.sync()
-        xm.wait_device_ops()
-        rng = {"torch": torch.get_rng_state(), "xla": xm.get_rng_state()}
+        # pending computations (the last step's updates) first; the RNG right after them
+        self.backend.materialize()
+        rng = self.backend.rng_state()
         hosts = current_hosts()
         shared = self._is_shared(hosts)
         if self._writer is None:  # every host reaches its first save together
             self._writer = hosts.new_group() if self.async_save else hosts
         state = {f"model.{k}": v for k, v in model.state_dict().items()}
         state.update({f"optim.{n}.{key}": t for (n, key), t in opt_tensors.items()})
-        meta.update(processes=hosts.count, devices=xr.global_runtime_device_count())
+        meta.update(processes=hosts.count, devices=self.backend.device_count())
         job = _Save(
             folder=self.path(step), hosts=self._writer, shared=shared,
-            state=_on_host(state), rng=rng,
+            state=self.backend.host_copy(state), planner=self.backend.save_planner(), rng=rng,
             trainer=copy.deepcopy({
                 "param_groups": groups,
                 "optimizer_values": opt_values,
@@ -279,10 +282,7 @@ class Checkpointer:
         folder = self.path(step)
 
         import torch.distributed.checkpoint as dcp
-        import torch_xla
-        import torch_xla.core.xla_model as xm
         from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
-        from torch_xla.experimental.distributed_checkpoint import SPMDLoadPlanner
 
         hosts = current_hosts()
         meta = json.loads(folder.read_text(_META_FILE))
@@ -304,12 +304,11 @@ class Checkpointer:
             raise CheckpointError(f"checkpoint {folder} has no LR scheduler state to restore")
 
         opt_tensors = _optimizer_targets(optimizer, names, saved)
-        torch_xla.sync()  # the zero buffers become device data the planner can load into
-        xm.wait_device_ops()  # ...and the planner may only read them once that has finished
+        self.backend.materialize()  # the zero buffers are device data the planner loads into
         state = {f"model.{k}": v for k, v in model_state.items()}
         state.update({f"optim.{n}.{key}": t for (n, key), t in opt_tensors.items()})
         with _quiet_single_process():
-            dcp.load(state, storage_reader=reader, planner=SPMDLoadPlanner(),
+            dcp.load(state, storage_reader=reader, planner=self.backend.load_planner(),
                      process_group=hosts.group, no_dist=not shared or hosts.group is None)
         optimizer.load_state_dict(_optimizer_state_dict(optimizer, names, opt_tensors, trainer))
         if scheduler is not None:
@@ -318,11 +317,7 @@ class Checkpointer:
         rng_file = f"rng-{hosts.index:05d}.pt"
         if not folder.exists(rng_file):  # fewer processes saved than restore: take process 0's
             rng_file = "rng-00000.pt"
-        rng = _torch_load(folder, rng_file)
-        torch_xla.sync()
-        xm.wait_device_ops()
-        torch.set_rng_state(rng["torch"])
-        xm.set_rng_state(rng["xla"])  # last: a sync after this would advance the seed
+        self.backend.set_rng_state(_torch_load(folder, rng_file))
         return {
             "step": meta["step"],
             "data_position": meta["data_position"],
@@ -333,9 +328,9 @@ class Checkpointer:
 class _Save:
     """One checkpoint's writes, from host memory: the part that may run in background."""
 
-    def __init__(self, folder: Store, hosts: Hosts, shared: bool, state: dict, rng: dict,
-                 trainer: dict, meta: dict, weights: dict | None):
-        self.folder, self.hosts, self.shared = folder, hosts, shared
+    def __init__(self, folder: Store, hosts: Hosts, shared: bool, state: dict, planner,
+                 rng: dict, trainer: dict, meta: dict, weights: dict | None):
+        self.folder, self.hosts, self.shared, self.planner = folder, hosts, shared, planner
         self.state, self.rng, self.trainer, self.meta, self.weights = (
             state, rng, trainer, meta, weights)
         # what there is one of per checkpoint (trainer state, meta, weights, the commit)
@@ -344,14 +339,13 @@ class _Save:
     def write(self) -> None:
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
-        from torch_xla.experimental.distributed_checkpoint import SPMDSavePlanner
 
         self.folder.makedirs()
         # thread_count > 1: with torchax installed the default single-thread writer picks
         # an overlapping loader that asks torchax for CUDA-style streams and fails.
         writer = FsspecWriter(self.folder.url, thread_count=2)
         with _quiet_single_process():
-            dcp.save(self.state, storage_writer=writer, planner=SPMDSavePlanner(),
+            dcp.save(self.state, storage_writer=writer, planner=self.planner,
                      process_group=self.hosts.group,
                      no_dist=not self.shared or self.hosts.group is None)
         self.folder.write_bytes(f"rng-{self.hosts.index:05d}.pt", _torch_bytes(self.rng))
@@ -367,35 +361,16 @@ class _Save:
             write_manifest(self.folder)  # ...before the commit lists them
 
 
-def _on_host(state: dict) -> dict:
-    """A copy of the state in host memory: each XLA tensor's local shards (no gather), CPU
-    tensors cloned. What a background write reads while training changes the originals."""
-    from torch_xla.experimental.distributed_checkpoint._helpers import _sharded_cpu_state_dict
-
-    on_device = {k: v for k, v in state.items() if v.device.type == "xla"}
-    copied = {k: _first_replicas(v) for k, v in
-              (_sharded_cpu_state_dict(on_device) if on_device else {}).items()}
-    return {k: copied[k] if k in copied else v.detach().clone() for k, v in state.items()}
-
-
-def _first_replicas(value):
-    """Shards of a tensor split on some mesh axes and replicated on others (FSDP under
-    data parallelism, or over slices), each chunk kept once: as replica 0, held by exactly
-    one device of the job. torch_xla's save planner dedups a chunk that one process offers
-    twice by dropping every copy: with mesh.data=2 on one host, each sharded weight and
-    its optimizer moments were missing from the checkpoint."""
-    from torch_xla.experimental.distributed_checkpoint._helpers import _CpuShards
-
-    if not isinstance(value, _CpuShards):
-        return value
-    return _CpuShards([s for s in value.shards if s.replica_id == 0], value.global_shape)
-
-
 def _full_weights(model) -> dict[str, torch.Tensor]:
     # `.cpu()` on a sharded XLA tensor gathers the full tensor; it is a collective, so every
     # process runs it, in the training thread.
+    from torch.distributed.tensor import DTensor
+
+    def whole(value):
+        return value.full_tensor() if isinstance(value, DTensor) else value
+
     with _quiet_single_process():
-        return {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+        return {k: whole(v.detach()).cpu().contiguous() for k, v in model.state_dict().items()}
 
 
 def check_writable(location) -> None:

@@ -18,14 +18,11 @@ import time
 
 import torch
 
+from zoo.core import backends, topology
 from zoo.core import hosts as hosts_lib
-from zoo.core import runtime, topology
 from zoo.core.checkpoint import Checkpointer
-from zoo.core.cpu_peak import remembered_cpu_peak
-from zoo.core.errors import UserError
 from zoo.core.flops import train_flops
-from zoo.core.inputs import device_loader
-from zoo.core.mesh import MeshConfig, axis_sizes, build_mesh
+from zoo.core.mesh import MeshConfig
 from zoo.core.metrics import MetricsLogger, WandbConfig
 from zoo.core.nan_guard import (
     NAN_POLICIES,
@@ -42,12 +39,11 @@ from zoo.core.optim import (
     build_schedule,
     create_state,
 )
-from zoo.core.precision import compute_in
 from zoo.core.profile import ProfileConfig, StepProfiler
 from zoo.core.remat import RematConfig, apply_remat
 from zoo.core.run_folder import CHECKPOINTS
 from zoo.core.run_home import RunHome
-from zoo.core.sharding import ShardingRules, shard_model
+from zoo.core.sharding import ShardingRules
 from zoo.core.task import Task
 
 WARMUP_STEPS = 2  # step 1 compiles the step (step 2 too for optimizers with lazy state)
@@ -132,33 +128,34 @@ class Engine:
         remat: RematConfig,
         *,
         forward_flops_per_item: float,
+        backend=None,
     ):
-        import torch_xla
-        import torch_xla.runtime as xr
-
         self.config, self.task = config, task
+        self.backend = backend or backends.get("xla")
         self.home = RunHome(config.out)  # the run folder, maybe in a bucket
         self.run_dir = self.home.local
         self.topology = topology.parse(config.tpu)
-        self.mesh = build_mesh(config.mesh)
-        self.devices = xr.global_runtime_device_count()
+        self.devices = self.backend.device_count()
         self.bf16 = config.runs_in_bf16(self.topology)
+        self.backend.check_remat(remat)
         apply_remat(model, remat)
-        self.model = model.to(torch_xla.device())
-        self.plan = shard_model(self.model, rules, self.mesh)
+        self.model, self.plan, self.mesh, self.mesh_sizes = self.backend.prepare(
+            model, rules, config.mesh, self.bf16)
         self.optimizer = build_optimizer(config.optim, self.model.parameters())
         create_state(self.optimizer)  # before the first trace: the step compiles once
         self.scheduler = build_schedule(config.schedule, self.optimizer, config.steps)
         self.checkpointer = Checkpointer(config.checkpoint_location,
                                          keep=config.keep_checkpoints,
                                          consolidate=config.consolidate_checkpoints,
-                                         async_save=config.async_checkpoints)
+                                         async_save=config.async_checkpoints,
+                                         backend=self.backend)
         self.forward_flops_per_item = forward_flops_per_item
-        self.data = task.data(config, xr.process_index(), xr.process_count())
+        self.data = task.data(config, self.backend.process_index(),
+                              self.backend.process_count())
         self.step = 0
         self.side_compiles = 0
         self._aux_keys = None
-        self.accumulate_in_loop = True  # grad_accum > 1 as one XLA while loop
+        self.accumulate_in_loop = self.backend.accumulates_in_loop
         self._stop_requested = False
 
     @classmethod
@@ -168,7 +165,7 @@ class Engine:
         optimizer: enough to trace `train_step` ahead of time (`zoo plan --compile`)."""
         engine = cls.__new__(cls)
         engine.config, engine.model, engine.plan, engine.mesh = config, model, plan, mesh
-        engine.task = task
+        engine.task, engine.backend = task, backends.get("xla")
         engine.optimizer, engine.scheduler = optimizer, scheduler
         # Compile-only devices cannot run gradient_accumulation's input syncs: unroll there.
         engine.accumulate_in_loop = False
@@ -225,8 +222,6 @@ class Engine:
         """Mean loss and metrics over `accum` micro-batches, gradients summed into `.grad`,
         in one XLA while loop (torch_xla's gradient_accumulation): the graph and its
         compile time stay those of one micro-batch whatever `grad_accum` is."""
-        from torch_xla.experimental.gradient_accumulation import gradient_accumulation
-
         keys = sorted(batch)
         micro = [_micro_batch_axis(batch[k], accum) for k in keys]
         if self._aux_keys is None:  # traced lazily once, never run: which metrics the task logs
@@ -242,7 +237,7 @@ class Engine:
             return (loss, *sums) if sums else loss  # torch_xla's convention without carries
 
         zeros = [torch.zeros((), device=batch[keys[0]].device) for _ in self._aux_keys]
-        result = gradient_accumulation(one_micro_batch, micro, self.model, *zeros)
+        result = self.backend.gradient_accumulation(one_micro_batch, micro, self.model, *zeros)
         loss, *sums = result if zeros else (result,)
         return loss, dict(zip(self._aux_keys, sums))
 
@@ -262,14 +257,14 @@ class Engine:
             main_host=self.hosts.main,
         )
         logger.note(
-            f"mesh {axis_sizes(self.mesh)} on {self.devices} devices"
+            f"mesh {self.mesh_sizes} on {self.devices} devices"
             f"{_over_slices(self.config.mesh.dcn)}; "
             f"{'bf16' if self.bf16 else 'fp32'}; MFU against {peak_note}"
         )
         self._tracker = _StepTracker(self, logger, peak)
         profiler = StepProfiler(self.config.profile, self.run_dir)
-        batches = iter(device_loader(self.host_batches(start), self.mesh,
-                                     self.data.batch(start)))
+        batches = iter(self.backend.loader(self.host_batches(start), self.mesh,
+                                           self.data.batch(start)))
         previous = signal.signal(signal.SIGTERM, self._request_stop)
         try:
             self._loop(start, batches, profiler, logger)
@@ -289,8 +284,6 @@ class Engine:
     def _loop(self, start: int, batches, profiler, logger) -> None:
         """Steps start+1 .. config.steps, each logged, checkpointed when due; a SIGTERM on
         any host saves the step and ends it."""
-        import torch_xla.core.xla_model as xm
-
         for step in range(start + 1, self.config.steps + 1):
             profiler.step_starts(step)
             with profiler.region("data"):
@@ -298,12 +291,11 @@ class Engine:
             with profiler.region("step"):
                 values = self.train_step(batch)
                 lr = self.scheduler.get_last_lr()[0]
-                xm.add_step_closure(self._tracker.done, args=(step, values, lr, batch))
-                _sync_step()
+                self.backend.after_step(self._tracker.done, (step, values, lr, batch))
             self.step = step
-            before = _compile_count()
+            before = self._compile_count()
             extra = self.task.after_step(self, self.step)
-            self.side_compiles += _compile_count() - before
+            self.side_compiles += self._compile_count() - before
             if extra:
                 logger.record({"step": self.step, **extra})
             stop = self.hosts.any(self._stop_requested)  # SIGTERM on any host stops all
@@ -336,9 +328,9 @@ class Engine:
         step = self.checkpointer.resume_step()  # one step for all hosts
         if step is None:
             return 0
-        before = _compile_count()  # restoring compiles small graphs: not the step's
+        before = self._compile_count()  # restoring compiles small graphs: not the step's
         state = self.checkpointer.restore(self.model, self.optimizer, self.scheduler, step=step)
-        self.side_compiles += _compile_count() - before
+        self.side_compiles += self._compile_count() - before
         if self.hosts.main:
             print(f"resuming from step {state['step']} ({self.checkpointer.directory})")
         return state["data_position"]
@@ -347,36 +339,35 @@ class Engine:
         """Checkpoint this step; `wait` until it is committed (the run's last save)."""
         # Gathering sharded tensors for the weights file compiles small graphs of its own;
         # keep them (like evaluation graphs) out of the step's compile count.
-        before = _compile_count()
+        before = self._compile_count()
         if not weights_finite(self.model):
             raise NonFiniteStep(f"step {self.step}: the weights are not finite")
         self.checkpointer.save(
             self.step, self.model, self.optimizer, self.scheduler, data_position=self.step
         )
-        self.side_compiles += _compile_count() - before
+        self.side_compiles += self._compile_count() - before
         if self.hosts.main:  # a run in a bucket: its metrics so far go with the checkpoint
             self.home.push()
         if wait:
             self.checkpointer.wait()
 
+    def _compile_count(self) -> int:
+        return self.backend.compile_stats()[0]
+
     def autocast(self):
         """The run's precision for the step and any evaluation pass: bf16 runs compute
         with bf16 copies of the fp32 weights (core/precision.py)."""
-        return compute_in(self.model, torch.bfloat16 if self.bf16 else torch.float32)
+        return self.backend.autocast(self.model, self.bf16)
 
     def _peak_flops(self) -> tuple[float, str]:
         """Peak FLOP/s of the whole runtime, and how it was obtained."""
         if self.topology.is_tpu:
             return self.topology.peak_bf16_flops, self.topology.peak_description
         dtype = "bfloat16" if self.bf16 else "float32"
-        before = _compile_count()
-        peak, measured_at = remembered_cpu_peak(dtype, self.devices)
-        self.side_compiles += _compile_count() - before  # not the step's
-        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(measured_at))
-        return peak, (
-            f"this host's {dtype} matmul peak {peak / 1e9:.0f} GFLOP/s, measured {when} "
-            f"(shared by {self.devices} virtual devices)"
-        )
+        before = self._compile_count()
+        peak = self.backend.peak_flops(dtype, self.devices)
+        self.side_compiles += self._compile_count() - before  # not the step's
+        return peak
 
 
 def _check_location(key: str, url: str) -> None:
@@ -428,8 +419,8 @@ class _StepTracker:
         self.start_step = engine.step
         self.times = collections.deque([time.perf_counter()], maxlen=TIMING_WINDOW + 1)
         self.signature = None
-        self.compiles = _compile_count() - engine.side_compiles
-        self.compile_seconds = runtime.compile_stats()[1]
+        self.compiles = engine._compile_count() - engine.side_compiles
+        self.compile_seconds = engine.backend.compile_stats()[1]
         self.step_compile_seconds: list[float] = []  # each compile of the train step
         self.history: list[dict] = []
 
@@ -444,7 +435,7 @@ class _StepTracker:
         self.times.append(time.perf_counter())
         timed = len(self.times) - 1
         step_time = (self.times[-1] - self.times[0]) / timed if timed >= MIN_TIMED_STEPS else None
-        compiles = _compile_count() - self.engine.side_compiles
+        compiles = self.engine._compile_count() - self.engine.side_compiles
         signature = {k: (tuple(v.shape), str(v.dtype)) for k, v in batch.items()}
         if step > self.start_step + WARMUP_STEPS and compiles > self.compiles:
             self.logger.note(
@@ -452,7 +443,7 @@ class _StepTracker:
                 f"({compiles - self.compiles} new compile(s)); "
                 f"{_what_changed(self.signature, signature)}"
             )
-        seconds = runtime.compile_stats()[1]
+        seconds = self.engine.backend.compile_stats()[1]
         if compiles > self.compiles:  # the train step compiled: say how long it took
             self.step_compile_seconds.append(seconds - self.compile_seconds)
             self.logger.note(f"step {step}: the train step compiled in "
@@ -505,8 +496,6 @@ class _StepTracker:
         }
 
 
-def _compile_count() -> int:
-    return runtime.compile_stats()[0]
 
 
 def _what_changed(before, after) -> str:
@@ -517,20 +506,3 @@ def _what_changed(before, after) -> str:
         "inputs unchanged, so the step graph itself changed (a Python value in the step?); "
         "rerun with PT_XLA_DEBUG_LEVEL=2 to see the cause"
     )
-
-
-def _sync_step() -> None:
-    """Run the step's graph. The first one is compiled here: a step the TPU compiler
-    refuses for memory stops the run in one line, before anything is saved."""
-    import torch_xla
-
-    try:
-        torch_xla.sync()
-    except RuntimeError as error:
-        from zoo.core.tpu_compile import parse_out_of_memory
-
-        refusal = parse_out_of_memory(str(error), 0.0)
-        if refusal is None:
-            raise
-        raise UserError(refusal.message(
-            "; `zoo plan MODEL --tpu SLICE --compile` checks a setting without a TPU")) from None

@@ -41,7 +41,7 @@ class MetricsLogger:
         unit: str = "tokens",
         main_host: bool = True,
     ):
-        self.unit, self.home = unit, home
+        self.unit, self.home, self.main_host = unit, home, main_host
         run = RunFolder(home.local)
         self.file = self.wandb_run = self.tensorboard = None
         if main_host:
@@ -83,7 +83,8 @@ class MetricsLogger:
         self.home.push(throttled=True)
 
     def note(self, text: str) -> None:
-        self.bar.write(text)
+        if self.main_host:  # hosts sharing a terminal (torchrun's processes) say it once
+            self.bar.write(text)
 
     def close(self) -> None:
         self.bar.close()

@@ -222,7 +222,10 @@ def zeros_like_param(param, dtype=None):
     """Zeros shaped like `param`, on its device with its sharding: optimizer state as a
     training step would create it. Made on the host and transferred, so no graph compiles."""
     import torch
+    from torch.distributed.tensor import DTensor
 
+    if isinstance(param, DTensor):  # the dtensor backend: same placements, local zeros
+        return torch.zeros_like(param.detach(), dtype=dtype or param.dtype)
     zeros = torch.zeros(param.shape, dtype=dtype or param.dtype)
     if param.device.type != "xla":
         return zeros

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 
 import click
@@ -127,16 +128,32 @@ def models():
 @click.option(
     "--prompt", default="The", show_default=True, help="Prompt for the sample printed at the end."
 )
+@click.option("--backend", type=click.Choice(["xla", "dtensor"]), default="xla", show_default=True,
+              help="xla: torch_xla SPMD; dtensor: torch.distributed FSDP2, one process per "
+                   "device (CPU or GPU).")
+@click.option("--nproc", type=click.IntRange(min=1),
+              help="With --backend dtensor: start this many processes with torchrun's launcher.")
 @click.option("--on", "node", help="Run on every worker of this TPU VM (from a workstation).")
 @click.option("--zone", help="With --on: the TPU VM's zone.")
 @click.option("--project", help="With --on: the TPU VM's project.")
 @click.option("--dry-run", is_flag=True, help="With --on: print the gcloud steps only.")
 def train(model, overrides, tpu, steps, out, init_from, config_files, force_resume, prompt,
-          node, zone, project, dry_run):
+          backend, nproc, node, zone, project, dry_run):
     """Train MODEL (see `zoo models`); OVERRIDES are key=value config settings.
 
     Example: zoo train llama-tiny --tpu cpu-4 --steps 40 optim.lr=1e-3 remat=scan
     """
+    if nproc and backend != "dtensor":
+        raise UserError("--nproc starts processes for --backend dtensor; the xla backend "
+                        "uses --tpu cpu-N for N devices in one process")
+    if backend == "dtensor" and (node or tpu):
+        raise UserError("--backend dtensor runs here, one process per device (--nproc N); "
+                        "--tpu and --on are the xla backend's")
+    if nproc and "LOCAL_RANK" not in os.environ:  # not yet one of torchrun's processes
+        from zoo.tools.torchrun import launch
+
+        launch(nproc, sys.argv[1:])
+        return
     if node:
         from zoo.core import topology
         from zoo.tools import slices
@@ -159,8 +176,13 @@ def train(model, overrides, tpu, steps, out, init_from, config_files, force_resu
 
     flags = {"tpu": tpu, "steps": steps, "out": out or f"runs/{model}", "init_from": init_from}
     overrides = [f"{k}={v}" for k, v in flags.items() if v is not None] + list(overrides)
-    check_fits(model, tpu or "cpu", overrides, config_files)
-    cfg, summary = run_training(model, overrides, config_files, force_resume)
+    if backend == "xla":
+        check_fits(model, tpu or "cpu", overrides, config_files)
+    cfg, summary = run_training(model, overrides, config_files, force_resume, backend)
+    from zoo.core.hosts import current as current_hosts
+
+    if backend == "dtensor" and not current_hosts().main:
+        return  # one report for the run, from its first process
     if not summary:
         click.echo(f"nothing to do: {cfg.out} already trained {cfg.steps} steps")
         return
@@ -179,7 +201,6 @@ def train(model, overrides, tpu, steps, out, init_from, config_files, force_resu
         f"({', '.join(f'{s:.1f} s' for s in summary['compile_s']) or 'none new'}); "
         f"run folder {cfg.out}"
     )
-    from zoo.core.hosts import current as current_hosts
     from zoo.registry import resolve
 
     text = resolve(model)[0].task.generates_text and cfg.data.source != "synthetic"
@@ -401,3 +422,7 @@ def main():
 
     runtime.configure()  # before anything imports torch_xla (transformers may)
     cli(prog_name="zoo")
+
+
+if __name__ == "__main__":  # how torchrun's launcher starts each process of a dtensor run
+    main()

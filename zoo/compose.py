@@ -135,13 +135,17 @@ def run_identity(cfg, family: ModelFamily, home, run_id: str | None):
 
 
 def build_engine(model_name: str, overrides: list[str], config_files=(), build_model=None,
-                 force_resume: bool = False):
-    """(resolved config, ready engine): runtime selected, model built, sharded and remat'ed;
-    a run folder holding another run's checkpoints is refused unless `force_resume`.
+                 force_resume: bool = False, backend: str = "xla"):
+    """(resolved config, ready engine): runtime selected, model built, sharded and remat'ed
+    on `backend` (core/backends); a run folder holding another run's checkpoints is
+    refused unless `force_resume`.
 
     `build_model(config, seed)` replaces the family's model (the bench's HF peer)."""
+    from zoo.core import backends
+
+    engine_backend = backends.get(backend)  # first: the dtensor backend's process group
     family, cfg = load_run_config(model_name, overrides, config_files)
-    topo = select_runtime(cfg.tpu)
+    topo = select_runtime(cfg.tpu) if backend == "xla" else topology.parse(cfg.tpu)
     rules_path = family.preset("sharding", cfg.sharding)
     remat_path = family.preset("remat", cfg.remat)
     from zoo.core.remat import RematConfig
@@ -161,28 +165,30 @@ def build_engine(model_name: str, overrides: list[str], config_files=(), build_m
     check_writable(cfg.checkpoint_location)  # first: a bucket out of reach fails in seconds
     if not force_resume:
         check_resumable(cfg)
-    runtime.configure()
     from zoo.core.sharding import ShardingRules
 
     rules = ShardingRules.from_yaml(rules_path)
-    import torch_xla.runtime as xr
+    if backend == "xla":
+        runtime.configure()
+        import torch_xla.runtime as xr
 
+        xr.use_spmd()
     from zoo.core.engine import Engine
 
-    xr.use_spmd()
     model_config = family.model_for(cfg.model, topo, cfg.mesh)
     model = (build_model or family.build)(model_config, seed=cfg.seed)
     if cfg.init_from:
         family.load_hf(model, cfg.init_from)
     engine = Engine(cfg, model, family.task, rules, remat,
-                    forward_flops_per_item=family.forward_flops(cfg))
+                    forward_flops_per_item=family.forward_flops(cfg), backend=engine_backend)
     return cfg, engine
 
 
 def train(model_name: str, overrides: list[str], config_files=(),
-          force_resume: bool = False) -> tuple[object, dict]:
+          force_resume: bool = False, backend: str = "xla") -> tuple[object, dict]:
     family, _ = resolve(model_name)
-    cfg, engine = build_engine(model_name, overrides, config_files, force_resume=force_resume)
+    cfg, engine = build_engine(model_name, overrides, config_files, force_resume=force_resume,
+                               backend=backend)
     with contextlib.ExitStack() as held:
         _hold_run(cfg, engine.home, family, held)
         return cfg, engine.fit()

@@ -53,7 +53,7 @@ def test_a_step_the_tpu_compiler_refuses_for_memory_stops_in_one_line(monkeypatc
     import sys
     import types
 
-    from zoo.core.engine import _sync_step
+    from zoo.core.backends.xla import _sync_step
 
     def sync():
         raise RuntimeError(message)

@@ -82,7 +82,12 @@ class LlamaAttention(nn.Module):
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         groups = self.heads // self.kv_heads
         k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
-        out = flash_attention(q, k, v) if self.use_flash else causal_attention(q, k, v)
+        if self.use_flash:
+            out = flash_attention(q, k, v)
+        elif q.device.type == "xla":
+            out = causal_attention(q, k, v)
+        else:  # the dtensor backend's devices: torch's fused kernels (flash on GPUs)
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return self.o_proj(out)
 
 

@@ -1,0 +1,86 @@
+"""The dtensor backend (core/backends/dtensor.py) as a user runs it: `zoo train --backend
+dtensor --nproc N` is N gloo processes under torchrun's launcher, and trains the same
+run as the xla backend: the same losses, checkpoints either backend restores, and an exact
+resume after every process is SIGKILLed."""
+
+import subprocess
+import time
+
+import psutil
+import pytest
+
+from tests.support.runs import losses, popen_zoo, trained_run, zoo
+
+ARGS = ["llama-tiny", "--steps", "8", "log_every=1", "checkpoint_every=4"]
+DTENSOR = ["--backend", "dtensor", "--nproc", "2"]
+TOLERANCE = 1e-5  # relative, fp32: the two backends reduce in different orders
+
+
+@pytest.fixture(scope="module")
+def dtensor_run(tmp_path_factory):
+    return trained_run(tmp_path_factory, [*ARGS, *DTENSOR])
+
+
+@pytest.fixture(scope="module")
+def xla_run(tmp_path_factory):
+    return trained_run(tmp_path_factory, [*ARGS, "--tpu", "cpu-2"])
+
+
+def assert_same_losses(ours: dict, theirs: dict, steps) -> None:
+    for step in steps:
+        assert abs(ours[step] - theirs[step]) <= TOLERANCE * abs(theirs[step]), (
+            step, ours[step], theirs[step])
+
+
+def test_two_processes_train_as_the_xla_backend(dtensor_run, xla_run):
+    assert_same_losses(losses(dtensor_run), losses(xla_run), range(1, 9))
+    assert (dtensor_run / "checkpoints" / "step-00000008" / "manifest.json").exists()
+
+
+@pytest.mark.slow
+def test_either_backend_resumes_the_others_checkpoint(dtensor_run, xla_run, tmp_path):
+    """A run checkpointed by one backend goes on on the other, where the first left off."""
+    import shutil
+
+    for source, backend in ((xla_run, DTENSOR), (dtensor_run, ["--tpu", "cpu-2"])):
+        out = tmp_path / source.parent.name
+        shutil.copytree(source, out)
+        shutil.rmtree(out / "checkpoints" / "step-00000008")
+        (out / "metrics.jsonl").write_text("")
+        result = zoo("train", *ARGS, *backend, "--out", str(out))
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert "resuming from step 4" in result.stdout
+        assert_same_losses(losses(out), losses(source), range(5, 9))
+
+
+@pytest.mark.slow
+def test_sigkill_of_every_process_then_rerun_resumes_exactly(dtensor_run, tmp_path):
+    """As a lost VM: the launcher and its workers (own sessions, as torchrun starts them)
+    are killed at once after checkpoint 4; the rerun takes up from it."""
+    out = tmp_path / "run"
+    proc = popen_zoo("train", *ARGS, *DTENSOR, "--out", str(out),
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while not (out / "checkpoints" / "step-00000004" / "manifest.json").exists():
+        assert proc.poll() is None and time.time() < deadline, "the run ended before step 4"
+        time.sleep(0.2)
+    everyone = [proc.pid, *(p.pid for p in psutil.Process(proc.pid).children(recursive=True))]
+    for pid in everyone:
+        psutil.Process(pid).kill()
+    proc.wait()
+    resumed = zoo("train", *ARGS, *DTENSOR, "--out", str(out))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resuming from step 4" in resumed.stdout
+    assert_same_losses(losses(out), losses(dtensor_run), range(1, 9))
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--nproc", "2"], "--nproc starts processes for --backend dtensor"),
+    (["--backend", "dtensor", "--tpu", "cpu-4"], "--tpu and --on are the xla backend's"),
+    (["--backend", "dtensor", "remat=scan"], "use torch_xla's scan"),
+])
+def test_what_the_dtensor_backend_cannot_run_is_one_line(args, says, tmp_path):
+    result = zoo("train", "llama-tiny", "--steps", "2", *args, "--out", str(tmp_path / "r"))
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert says in result.stderr
+    assert not (tmp_path / "r" / "checkpoints").exists()
