@@ -28,8 +28,12 @@ def run_entry(entry: Entry, steps: int, peer: str | None, profile_dir: str | Non
     if peer == "maxtext":  # its own trainer in its own environment
         return maxtext.measure(entry, steps)
     job = {"entry": dataclasses.asdict(entry), "steps": steps, "peer": peer, "profile": profile_dir}
+    launcher = [sys.executable]
+    if peer == "dtensor":  # one process per device, as `zoo train --backend dtensor` runs
+        devices = topology.parse(entry.tpu).devices
+        launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={devices}"]
     proc = subprocess.run(
-        [sys.executable, "-m", "zoo.benchmarks.worker", json.dumps(job)],
+        [*launcher, "-m", "zoo.benchmarks.worker", json.dumps(job)],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -171,11 +175,27 @@ def runs_peer(entry: Entry, peer: str | None) -> bool:
         if family not in PEERS["hf"]:
             tqdm.write(f"{entry.name}: no HF run ({PEERS_MISSING.get(family, 'no peer')})")
         return entry.remat == "none" and family in PEERS["hf"]
+    if peer == "dtensor":
+        if reason := dtensor_unsupported(entry):
+            tqdm.write(f"{entry.name}: no dtensor run ({reason})")
+        return reason is None
     if peer == "maxtext":
         if reason := maxtext.unsupported(entry):
             tqdm.write(f"{entry.name}: no MaxText run ({reason})")
         return reason is None
     return False
+
+
+def dtensor_unsupported(entry: Entry) -> str | None:
+    """Why the dtensor backend cannot run an entry (core/backends/dtensor.py refuses the
+    same), or None."""
+    other_axes = [o for o in entry.overrides
+                  if o.startswith(("mesh.tensor", "mesh.sequence", "mesh.expert", "mesh.dcn"))]
+    if other_axes:
+        return f"{' '.join(other_axes)}: FSDP2 shards over data and fsdp only"
+    if entry.remat.startswith("scan"):
+        return f"remat {entry.remat} is torch_xla's scan"
+    return None
 
 
 def relate_to_reference(records: list[dict], reference: dict) -> None:

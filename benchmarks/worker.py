@@ -20,12 +20,48 @@ from zoo.compose import build_engine
 
 def measure(entry: Entry, steps: int, peer: str | None, profile_dir: str | None) -> dict:
     with tempfile.TemporaryDirectory() as scratch:
+        if peer == "dtensor":  # zoo's model on the other backend, one process per device
+            cfg, engine = build_engine(entry.model, [*entry.train_overrides(), f"out={scratch}"],
+                                       backend="dtensor")
+            return _time_eager_steps(engine, steps)
         cfg, engine = build_engine(
             entry.model,
             [*entry.train_overrides(), f"out={scratch}"],
             build_model=PEERS[peer][entry.model.split("-")[0]] if peer else None,
         )
         return _time_steps(engine, steps, profile_dir)
+
+
+def _time_eager_steps(engine, steps: int) -> dict:
+    """The dtensor backend's steps: eager ops, so a step's time is all host time."""
+    batch = next(iter(engine.backend.loader([engine.data.batch(0)], engine.mesh, None)))
+    start = time.perf_counter()
+    for _ in range(2):  # torch.compile (on a GPU) and the optimizer's first steps
+        engine.train_step(batch)
+    engine.backend.materialize()
+    warmup_s = time.perf_counter() - start
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        engine.train_step(batch)
+        engine.backend.materialize()
+        times.append(time.perf_counter() - start)
+    compiles, compile_s = engine.backend.compile_stats()
+    return {**_engine_facts(engine), "step_times_s": times, "host_times_s": None,
+            "warmup_s": warmup_s, "compile_s": compile_s, "compiles_warmup": compiles,
+            "compiles_timed": 0, "peak_memory_bytes": None}
+
+
+def _engine_facts(engine) -> dict:
+    return {
+        "flops_per_step": engine.flops_per_step(),
+        "items_per_step": engine.items_per_step(),
+        "throughput_unit": engine.unit,
+        "parameters": sum(p.numel() for p in engine.model.parameters()),
+        "devices": engine.devices,
+        "chips": engine.topology.chips,
+        "bf16": engine.bf16,
+    }
 
 
 def _time_steps(engine, steps: int, profile_dir: str | None) -> dict:
@@ -70,13 +106,7 @@ def _time_steps(engine, steps: int, profile_dir: str | None) -> dict:
         "compiles_warmup": warm_compiles,
         "compiles_timed": compile_stats()[0] - warm_compiles,
         "peak_memory_bytes": _peak_memory(),
-        "flops_per_step": engine.flops_per_step(),
-        "items_per_step": engine.items_per_step(),
-        "throughput_unit": engine.unit,
-        "parameters": sum(p.numel() for p in engine.model.parameters()),
-        "devices": engine.devices,
-        "chips": engine.topology.chips,
-        "bf16": engine.bf16,
+        **_engine_facts(engine),
     }
 
 
@@ -94,7 +124,10 @@ def _peak_memory() -> int | None:
 def main(argv: list[str]) -> None:
     job = json.loads(argv[0])
     record = measure(Entry(**job["entry"]), job["steps"], job.get("peer"), job.get("profile"))
-    print(json.dumps(record))
+    from zoo.core.hosts import current
+
+    if current().main:  # one record from a dtensor entry's processes
+        print(json.dumps(record))
 
 
 if __name__ == "__main__":

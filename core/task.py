@@ -12,6 +12,11 @@ Extension points (override in a subclass; the defaults are marked):
                                   `index` of `count`'s rows of global batch i, a pure function
                                   of i, so resuming at step s is starting at batch s
   loss(model, batch)              -> (loss, aux: dict of scalar tensors), traced in the step
+  loss_weight(batch)              what `loss` is a mean over in this batch (the tokens not
+                                  ignored), or None (default): every row counts the same.
+                                  A backend that splits the batch over processes weighs
+                                  each process's loss by it, so the step's loss and gradient
+                                  are the whole batch's mean
   items_per_step(config)          throughput items per optimizer step; MFU = 3 x forward
                                   FLOPs per item x items / (step time x peak)
   example_batch(config, seed)     a random global batch in the task's format (tests, plan)
@@ -45,6 +50,9 @@ class Task:
 
     def loss(self, model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, dict]:
         raise NotImplementedError
+
+    def loss_weight(self, batch: dict) -> torch.Tensor | None:
+        return None
 
     def items_per_step(self, config) -> int:
         raise NotImplementedError

@@ -290,8 +290,18 @@ def new_model(name, parent):
     "vs the baseline (fraction).",
 )
 @click.option("--profile", "profile_dir", help="Capture an XLA profile of the timed steps here.")
-def bench(mfu, suite, models, tpu, steps, out, compare, baseline, tolerance, profile_dir):
+@click.option("--backend", type=click.Choice(["xla", "dtensor"]), default="xla",
+              show_default=True,
+              help="dtensor: also run each entry the dtensor backend can run (one process per "
+                   "device) beside its xla row, and report the step-time ratio.")
+def bench(mfu, suite, models, tpu, steps, out, compare, baseline, tolerance, profile_dir,
+          backend):
     """Step time, throughput and MFU for a benchmark suite (synthetic data)."""
+    if backend == "dtensor":
+        if compare:
+            raise UserError("--backend dtensor and --compare each add a second row per entry; "
+                            "use one of them")
+        compare = "dtensor"
     import dataclasses
     from pathlib import Path
 

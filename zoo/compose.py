@@ -162,7 +162,10 @@ def build_engine(model_name: str, overrides: list[str], config_files=(), build_m
     cfg = family.task.resolve(cfg)
     from zoo.core.checkpoint import check_writable
 
-    check_writable(cfg.checkpoint_location)  # first: a bucket out of reach fails in seconds
+    # First: a bucket out of reach fails in seconds. One probe per machine: processes of
+    # one machine share its disk, and one's clean-up would remove another's probe.
+    if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+        check_writable(cfg.checkpoint_location)
     if not force_resume:
         check_resumable(cfg)
     from zoo.core.sharding import ShardingRules

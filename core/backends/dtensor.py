@@ -28,9 +28,6 @@ import torch.distributed as dist
 from zoo.core.errors import UserError
 
 MESH_AXES = ("data", "fsdp")  # what an FSDP2 (HSDP) mesh expresses
-# A decoder LM's loss runs `hidden_states` then `logits` (zoo/tasks/causal_lm.py), not
-# `forward`: FSDP2 gathers the root's weights around them too.
-FORWARD_METHODS = ("hidden_states", "logits")
 # Dense bf16 peak FLOP/s per GPU from the vendors' data sheets (SXM parts), by name prefix.
 GPU_BF16_PEAK = {"NVIDIA H200": 989e12, "NVIDIA H100": 989e12, "NVIDIA A100": 312e12,
                  "NVIDIA B200": 2250e12}
@@ -72,11 +69,7 @@ class DTensorBackend:
         """(model sharded with fully_shard on this process's device, the parameter plan, the
         DeviceMesh, its axis sizes)."""
         from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.fsdp import (
-            MixedPrecisionPolicy,
-            fully_shard,
-            register_fsdp_forward_method,
-        )
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
         from zoo.core.mesh import resolve_axis_sizes
         from zoo.core.sharding import plan_params
@@ -107,12 +100,40 @@ class DTensorBackend:
             else MixedPrecisionPolicy(),
         }
         for block in blocks:
+            for table in _tables_in(block):
+                fully_shard(table, **options)
             fully_shard(block, **options)
-        fully_shard(model, **options)
-        for method in FORWARD_METHODS:  # tasks call them instead of forward
-            if hasattr(model, method):
-                register_fsdp_forward_method(model, method)
+        self.root = fully_shard(_Root(model), **options)
         return model, plan, mesh, {a: sizes[a] for a in MESH_AXES}
+
+    def run(self, fn, *args):
+        """`fn(*args)`, a use of the model (a task's loss, a validation forward), as the
+        forward of FSDP2's root: the weights outside the blocks (embeddings, final norm,
+        head) are gathered around it whichever methods of the model it calls."""
+        result = self.root(fn, *args)
+        if not torch.is_grad_enabled():  # no backward will reshard the root's weights, and
+            self.root.reshard()  # gathered ones are not the parameters the optimizer holds
+        return result
+
+    def share_of_mean(self, loss: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
+        """This process's mean loss, scaled so that the processes' average (what FSDP2's
+        gradient reduction and `after_step` take) is the whole batch's mean: a process whose
+        rows hold more of what the loss averages over (tokens not padded) weighs more."""
+        world = dist.get_world_size()
+        if weight is None or world == 1:
+            return loss
+        total = weight.detach().clone().float()
+        dist.all_reduce(total)
+        return loss * (weight.float() * world / total)
+
+    def sync(self) -> None:
+        return None  # eager: each op has run
+
+    def total(self, value: torch.Tensor) -> torch.Tensor:
+        """A sum over this process's rows made the sum over every process's."""
+        value = value.clone()
+        dist.all_reduce(value)
+        return value
 
     def loader(self, host_batches, mesh, example: dict):
         for batch in host_batches:
@@ -131,10 +152,14 @@ class DTensorBackend:
         done(step, _global_values(values, dist.get_world_size()), lr, batch)
 
     def compile_stats(self) -> tuple[int, float]:
-        """Graphs torch.compile made so far (their time is not counted here)."""
-        from torch._dynamo.utils import counters
+        """Graphs torch.compile made so far, and the seconds spent making them (forward
+        frames, and backward graphs, which AOTAutograd compiles at the first backward)."""
+        from torch._dynamo import utils
 
-        return int(counters["stats"]["unique_graphs"]), 0.0
+        seconds = utils.cumulative_time_spent_ns.get("entire_frame_compile", 0) / 1e9
+        seconds += sum(sum(times) for name, times in utils.compilation_time_metrics.items()
+                       if "bw_compiler" in name)
+        return int(utils.counters["stats"]["unique_graphs"]), seconds
 
     def peak_flops(self, dtype_name: str, devices: int) -> tuple[float, str]:
         if self.device.type == "cuda":
@@ -201,6 +226,24 @@ def repeated_blocks(model) -> list[torch.nn.Module]:
             if len({type(layer) for layer in module}) == 1:
                 blocks.extend(module)
     return blocks
+
+
+class _Root(torch.nn.Module):
+    """The model under a root whose forward runs any function of it: tasks call the model's
+    own methods (`hidden_states`, `logits`, ...), which FSDP2 does not hook."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, fn, *args):
+        return fn(*args)
+
+
+def _tables_in(block) -> list[torch.nn.Module]:
+    """A block's lookup tables, each an FSDP unit of its own: a stack may read one outside
+    its layer's forward (T5 computes every layer's position bias from layer 0's table)."""
+    return [m for m in block.modules() if isinstance(m, torch.nn.Embedding)]
 
 
 def _fsdp_dims(model, plan) -> dict[int, int]:

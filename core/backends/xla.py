@@ -46,6 +46,22 @@ class XlaBackend:
         model = model.to(torch_xla.device())
         return model, shard_model(model, rules, mesh), mesh, axis_sizes(mesh)
 
+    def run(self, fn, *args):
+        """`fn(*args)`, a use of the model: traced into the step's graph."""
+        return fn(*args)
+
+    def share_of_mean(self, loss, weight):
+        return loss  # one global program: the loss is already the whole batch's
+
+    def sync(self) -> None:
+        """Cut the graph traced so far and run it (one graph per evaluation batch)."""
+        import torch_xla
+
+        torch_xla.sync()
+
+    def total(self, value: torch.Tensor) -> torch.Tensor:
+        return value  # SPMD tensors are global: their sums are already every host's
+
     def loader(self, host_batches, mesh, example: dict):
         from zoo.core.inputs import device_loader
 

@@ -3,6 +3,7 @@ dtensor --nproc N` is N gloo processes under torchrun's launcher, and trains the
 run as the xla backend: the same losses, checkpoints either backend restores, and an exact
 resume after every process is SIGKILLed."""
 
+import json
 import subprocess
 import time
 
@@ -72,6 +73,45 @@ def test_sigkill_of_every_process_then_rerun_resumes_exactly(dtensor_run, tmp_pa
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resuming from step 4" in resumed.stdout
     assert_same_losses(losses(out), losses(dtensor_run), range(1, 9))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model, extra", [
+    ("t5-tiny", []), ("vit-tiny", []),
+    # the load-balancing loss is a product of means over tokens: each process balances its
+    # own rows (as data-parallel MoE trainers do), so it is left out here to compare
+    ("mixtral-tiny", ["model.router_aux_loss_coef=0"]),
+])
+def test_every_family_trains_as_on_the_xla_backend(model, extra, tmp_path_factory):
+    args = [model, "--steps", "8", "log_every=1", *extra]
+    ours = trained_run(tmp_path_factory, [*args, *DTENSOR])
+    theirs = trained_run(tmp_path_factory, [*args, "--tpu", "cpu-2"])
+    assert_same_losses(losses(ours), losses(theirs), range(1, 9))
+
+
+@pytest.mark.slow
+def test_bench_puts_dtensor_rows_beside_the_xla_rows(tmp_path):
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(SUITE)
+    result = zoo("bench", "--mfu", "--suite", str(suite), "--steps", "3", "--backend",
+                 "dtensor", "--out", str(tmp_path / "bench"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    records = json.loads((tmp_path / "bench" / "results.json").read_text())["records"]
+    assert [(r["name"], r["impl"]) for r in records] == [
+        ("fsdp-2dev", "zoo"), ("tensor-2dev", "zoo"), ("fsdp-2dev", "dtensor")]
+    dtensor = records[-1]
+    assert dtensor["devices"] == 2 and 0 < dtensor["mfu"] < 1
+    assert "fsdp-2dev: step time zoo / dtensor = " in result.stdout
+    assert "tensor-2dev: no dtensor run (mesh.tensor=2: FSDP2 shards" in result.stderr + \
+        result.stdout
+
+
+SUITE = """
+- {name: fsdp-2dev, model: llama-tiny, tpu: cpu-2, sharding: fsdp, remat: none,
+   global_batch_size: 4, seq_len: 128}
+- {name: tensor-2dev, model: llama-tiny, tpu: cpu-2, sharding: fsdp_tensor, remat: none,
+   global_batch_size: 4, seq_len: 128, overrides: [mesh.tensor=2]}
+"""
 
 
 @pytest.mark.parametrize("args, says", [

@@ -132,6 +132,9 @@ class CausalLM(Task):
     def loss(self, model, batch):
         return next_token_loss(model, batch["input_ids"], batch["labels"]), {}
 
+    def loss_weight(self, batch):
+        return (batch["labels"][:, 1:] != -100).sum()
+
     def items_per_step(self, config: LMTrainConfig) -> int:
         return config.global_batch_size * config.seq_len
 
@@ -169,24 +172,20 @@ class CausalLM(Task):
 def validation_loss(engine) -> float:
     """Mean next-token loss over every held-out token: sums accumulate on the device, one
     compiled graph per batch shape, one transfer at the end."""
-    import torch_xla
-
-    from zoo.core.inputs import device_loader
-
-    batches = engine.data.validation_batches
+    backend, batches = engine.backend, engine.data.validation_batches
     total = count = None
     with torch.no_grad():
-        for batch in device_loader(batches(), engine.mesh, next(batches())):
+        for batch in backend.loader(batches(), engine.mesh, next(batches())):
             with engine.autocast():
-                logits = engine.model(batch["input_ids"])
+                logits = backend.run(engine.model, batch["input_ids"])
             labels = batch["labels"][:, 1:]
             loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels.flatten(),
                                    ignore_index=-100, reduction="sum")
             tokens = (labels != -100).sum()
             total = loss if total is None else total + loss
             count = tokens if count is None else count + tokens
-            torch_xla.sync()
-    return float(total) / max(int(count), 1)
+            backend.sync()
+    return float(backend.total(total)) / max(int(backend.total(count)), 1)
 
 
 CAUSAL_LM = CausalLM()

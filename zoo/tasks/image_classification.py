@@ -122,19 +122,15 @@ class ImageClassification(Task):
 
 def validate(engine) -> float:
     """Top-1 over the whole validation split; one compiled eval graph (fixed shapes)."""
-    import torch_xla
-
-    from zoo.core.inputs import device_loader
-
-    val = engine.data.val
+    backend, val = engine.backend, engine.data.val
     correct = []
     with torch.no_grad():
-        for chunk in device_loader(val.eval_chunks(), engine.mesh, next(val.eval_chunks())):
+        for chunk in backend.loader(val.eval_chunks(), engine.mesh, next(val.eval_chunks())):
             with engine.autocast():
-                logits = engine.model(chunk["pixel_values"])
+                logits = backend.run(engine.model, chunk["pixel_values"])
             hits = (logits.argmax(-1) == chunk["labels"]) & chunk["mask"]
-            correct.append(hits.sum())
-            torch_xla.sync()
+            correct.append(backend.total(hits.sum()))
+            backend.sync()
     return sum(int(c) for c in correct) / len(val.split)
 
 

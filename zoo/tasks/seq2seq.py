@@ -187,6 +187,9 @@ class Seq2Seq(Task):
         hits = (logits.argmax(-1) == labels) & real
         return loss, {"token_accuracy": hits.sum() / real.sum().clamp(min=1)}
 
+    def loss_weight(self, batch):
+        return (batch["labels"] != IGNORE_INDEX).sum()
+
     def items_per_step(self, config: Seq2SeqTrainConfig) -> int:
         return config.global_batch_size * config.target_len
 
