@@ -28,9 +28,9 @@ else
   if [ "$target" = tpu ]; then
     # torch_xla[tpu] brings the libtpu its runtime needs (also the compiler for zoo plan)
     "$venv/bin/pip" install -q "torch==2.9.0" "torch_xla[tpu]==2.9.0"
-    extras="dev"
+    extras="dev,xla"
   else
-    extras="dev,tpu-compile"  # libtpu as a compile-only TPU compiler; XLA runs on the CPU
+    extras="dev,xla,tpu-compile"  # libtpu as a compile-only TPU compiler; XLA runs on the CPU
   fi
   # setuptools warns about every editable install of a mapped package (setup.py); quiet it
   PYTHONWARNINGS=ignore "$venv/bin/pip" install -q -e ".[$extras]"

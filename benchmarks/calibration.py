@@ -14,7 +14,8 @@ import statistics
 
 from zoo.benchmarks.suite import Entry
 from zoo.core import topology
-from zoo.core.flops import PeakMeasurement, calibrate_cpu_peak, spread
+from zoo.core.backends.xla.peak import calibrate_cpu_peak
+from zoo.core.flops import PeakMeasurement, spread
 
 METHOD = (
     "host CPU, XLA graph of 4 chained 2048 x 2048 matmuls, best of 5 x 1 s windows after an "

@@ -27,14 +27,12 @@ MODES = ("none", "sync", "async")
 
 def timed_window(engine, loader, steps: int, checkpointer, step: int) -> tuple[float, float]:
     """(seconds for the window, seconds blocked in save())."""
-    import torch_xla
-    import torch_xla.core.xla_model as xm
+    from zoo.core.backends.xla.runtime import sync_and_wait
 
     start, blocked = time.perf_counter(), 0.0
     for index in range(steps):
         engine.train_step(next(loader))
-        torch_xla.sync()
-        xm.wait_device_ops()
+        sync_and_wait()
         if index == 0 and checkpointer is not None:
             before = time.perf_counter()
             checkpointer.save(step + index, engine.model, engine.optimizer, engine.scheduler)
@@ -52,8 +50,8 @@ def timed_window(engine, loader, steps: int, checkpointer, step: int) -> tuple[f
 @click.argument("overrides", nargs=-1)
 def main(repeats: int, window: int, model: str, out: str, overrides: tuple[str, ...]) -> None:
     from zoo.compose import build_engine
+    from zoo.core.backends.xla.spmd import device_loader
     from zoo.core.checkpoint import Checkpointer
-    from zoo.core.inputs import device_loader
 
     with tempfile.TemporaryDirectory() as scratch:
         cfg, engine = build_engine(model, ["tpu=cpu-1", *overrides, f"out={scratch}/run"])

@@ -14,11 +14,11 @@ os.environ.setdefault("PJRT_DEVICE", "CPU")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import torch  # noqa: E402
-import torch_xla  # noqa: E402
-import torch_xla.core.xla_model as xm  # noqa: E402
 
+from zoo.core.attention import causal_attention  # noqa: E402
+from zoo.core.backends.xla.runtime import device, sync_and_wait  # noqa: E402
 from zoo.llama.config import LlamaConfig  # noqa: E402
-from zoo.llama.model import LlamaDecoderLayer, LlamaMLP, causal_attention  # noqa: E402
+from zoo.llama.model import LlamaDecoderLayer, LlamaMLP  # noqa: E402
 
 CONFIG = LlamaConfig()  # llama-tiny: hidden 256, 8 heads, 4 KV heads
 BATCH, SEQ = 8, 256
@@ -28,15 +28,14 @@ def device_step(fn, *inputs):
     def run():
         out = fn(*inputs)
         out.float().pow(2).mean().backward()
-        torch_xla.sync()
-        xm.wait_device_ops()
+        sync_and_wait()
 
     run()  # compile outside the timed rounds
     return run
 
 
 def xla(*shape):
-    return torch.randn(*shape, device=torch_xla.device(), requires_grad=True)
+    return torch.randn(*shape, device=device(), requires_grad=True)
 
 
 @pytest.mark.parametrize("impl", ["zoo", "sdpa"])
@@ -49,24 +48,24 @@ def test_attention(benchmark, impl):
 
 
 def test_mlp_block(benchmark):
-    mlp = LlamaMLP(CONFIG).to(torch_xla.device())
+    mlp = LlamaMLP(CONFIG).to(device())
     benchmark(device_step(mlp, xla(BATCH, SEQ, CONFIG.hidden_size)))
 
 
 def test_decoder_layer(benchmark):
-    layer = LlamaDecoderLayer(CONFIG).to(torch_xla.device())
+    layer = LlamaDecoderLayer(CONFIG).to(device())
     dim = CONFIG.dim_per_head
-    cos = torch.ones(SEQ, dim, device=torch_xla.device())
-    sin = torch.zeros(SEQ, dim, device=torch_xla.device())
+    cos = torch.ones(SEQ, dim, device=device())
+    sin = torch.zeros(SEQ, dim, device=device())
     benchmark(device_step(layer, xla(BATCH, SEQ, CONFIG.hidden_size), cos, sin))
 
 
 def test_tiny_train_step(benchmark):
     from zoo.llama.family import FAMILY
 
-    model = FAMILY.build(CONFIG).to(torch_xla.device())
+    model = FAMILY.build(CONFIG).to(device())
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    ids = torch.randint(0, CONFIG.vocab_size, (BATCH, SEQ)).to(torch_xla.device())
+    ids = torch.randint(0, CONFIG.vocab_size, (BATCH, SEQ)).to(device())
 
     def step():
         from zoo.tasks.causal_lm import causal_lm_loss
@@ -74,8 +73,7 @@ def test_tiny_train_step(benchmark):
         causal_lm_loss(model(ids), ids).backward()
         optimizer.step()
         optimizer.zero_grad()
-        torch_xla.sync()
-        xm.wait_device_ops()
+        sync_and_wait()
 
     step()
     step()  # optimizer state appears: second compile

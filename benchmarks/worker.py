@@ -65,24 +65,20 @@ def _engine_facts(engine) -> dict:
 
 
 def _time_steps(engine, steps: int, profile_dir: str | None) -> dict:
-    import torch_xla
-    import torch_xla.core.xla_model as xm
-
-    from zoo.core.inputs import shard_batch
-    from zoo.core.runtime import compile_stats
+    from zoo.core.backends.xla.profile import start_trace, stop_trace
+    from zoo.core.backends.xla.runtime import compile_stats, peak_memory, sync, sync_and_wait
+    from zoo.core.backends.xla.spmd import shard_batch
 
     batch = shard_batch(engine.data.batch(0), engine.mesh)
     start = time.perf_counter()
     for _ in range(2):  # the step compiles (a lazy-state optimizer: again on step 2)
         engine.train_step(batch)
-        torch_xla.sync()
-    xm.wait_device_ops()
+        sync()
+    sync_and_wait()
     warmup_s = time.perf_counter() - start
     warm_compiles, compile_s = compile_stats()
     if profile_dir:
-        import torch_xla.debug.profiler as xp
-
-        xp.start_trace(profile_dir)
+        start_trace(profile_dir)
     # Each timed step is synchronous (dispatch, then wait for the device): per-step times
     # are then real latencies, not the bursts that asynchronous dispatch produces. Host time
     # is Python tracing the step into torch_xla's graph; the device runs nothing meanwhile.
@@ -93,11 +89,10 @@ def _time_steps(engine, steps: int, profile_dir: str | None) -> dict:
         start = time.perf_counter()
         engine.train_step(batch)
         host_times.append(time.perf_counter() - start)
-        torch_xla.sync()
-        xm.wait_device_ops()
+        sync_and_wait()
         times.append(time.perf_counter() - start)
     if profile_dir:
-        xp.stop_trace()
+        stop_trace()
     return {
         "step_times_s": times,
         "host_times_s": host_times,
@@ -105,20 +100,9 @@ def _time_steps(engine, steps: int, profile_dir: str | None) -> dict:
         "compile_s": compile_s,
         "compiles_warmup": warm_compiles,
         "compiles_timed": compile_stats()[0] - warm_compiles,
-        "peak_memory_bytes": _peak_memory(),
+        "peak_memory_bytes": peak_memory(),
         **_engine_facts(engine),
     }
-
-
-def _peak_memory() -> int | None:
-    """Peak device memory where the runtime reports it (TPU); None on the CPU backend."""
-    import torch_xla.core.xla_model as xm
-
-    try:
-        info = xm.get_memory_info()
-    except Exception:  # the CPU backend has no memory stats
-        return None
-    return info.get("peak_bytes_used") or info.get("bytes_used")
 
 
 def main(argv: list[str]) -> None:

@@ -561,7 +561,7 @@ def _optimizer_targets(optimizer, names: dict[int, str], saved: dict) -> dict:
     with the parameter's sharding, which is what a training step would have created; anything
     else (AdamW's scalar `step`) is a CPU tensor, as torch keeps it.
     """
-    from zoo.core.sharding import zeros_like_param
+    from zoo.core.backends import zeros_like_param
 
     by_param: dict[str, dict] = {}
     for fqn, md in saved.items():

@@ -39,7 +39,7 @@ from zoo.core.optim import (
     build_schedule,
     create_state,
 )
-from zoo.core.profile import ProfileConfig, StepProfiler
+from zoo.core.profile import ProfileConfig
 from zoo.core.remat import RematConfig, apply_remat
 from zoo.core.run_folder import CHECKPOINTS
 from zoo.core.run_home import RunHome
@@ -256,6 +256,7 @@ class Engine:
             dataclasses.asdict(self.config),
             unit=self.unit,
             main_host=self.hosts.main,
+            notes=self.hosts.main or not self.backend.one_console,
         )
         logger.note(
             f"mesh {self.mesh_sizes} on {self.devices} devices"
@@ -263,7 +264,7 @@ class Engine:
             f"{'bf16' if self.bf16 else 'fp32'}; MFU against {peak_note}"
         )
         self._tracker = _StepTracker(self, logger, peak)
-        profiler = StepProfiler(self.config.profile, self.run_dir)
+        profiler = self.backend.profiler(self.config.profile, self.run_dir)
         batches = iter(self.backend.loader(self.host_batches(start), self.mesh,
                                            self.data.batch(start)))
         previous = signal.signal(signal.SIGTERM, self._request_stop)

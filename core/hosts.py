@@ -72,21 +72,19 @@ class Hosts:
 def current() -> Hosts:
     """This process's view of the slice; the gloo group is set up on first use."""
     if "WORLD_SIZE" in os.environ and int(os.environ["WORLD_SIZE"]) > 1:
-        return _joined("env://")
+        return join("env://")
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():  # the dtensor backend's group of one
         return Hosts(0, 1)
-    import torch_xla.runtime as xr
+    from zoo.core.backends.xla.runtime import hosts_rendezvous
 
-    if xr.process_count() > 1:
-        import torch_xla.distributed.xla_backend  # noqa: F401  (registers xla://)
-
-        return _joined("xla://")
-    return Hosts(0, 1)
+    rendezvous = hosts_rendezvous()
+    return join(rendezvous) if rendezvous else Hosts(0, 1)
 
 
-def _joined(init_method: str) -> Hosts:
+def join(init_method: str) -> Hosts:
+    """The hosts as the default process group (gloo), rendezvoused by `init_method`."""
     import torch.distributed as dist
 
     if not dist.is_initialized():

@@ -148,27 +148,5 @@ def _fmt(sizes: dict[str, int]) -> str:
     return " ".join(f"{axis}={size}" for axis, size in sizes.items())
 
 
-def build_mesh(config: MeshConfig):
-    """An `xs.Mesh` over every device of the runtime (HybridMesh on TPU for topology order)."""
-    import torch_xla.distributed.spmd as xs
-    import torch_xla.runtime as xr
-
-    num_devices = xr.global_runtime_device_count()
-    sizes = resolve_axis_sizes(config, num_devices)
-    if xr.device_type() == "TPU":
-        dcn = tuple(config.dcn.get(axis, 1) for axis in AXES)
-        ici = tuple(sizes[axis] // dcn_size for axis, dcn_size in zip(AXES, dcn))
-        mesh = xs.HybridMesh(
-            ici_mesh_shape=ici,
-            dcn_mesh_shape=dcn if math.prod(dcn) > 1 else None,
-            axis_names=AXES,
-        )
-    else:  # XLA:CPU: slices simulated as contiguous groups of the virtual devices
-        ids = slice_major_device_ids(sizes, config.dcn)
-        mesh = xs.Mesh(ids.flatten(), tuple(sizes[a] for a in AXES), AXES)
-    xs.set_global_mesh(mesh)
-    return mesh
-
-
 def axis_sizes(mesh) -> dict[str, int]:
     return dict(zip(mesh.axis_names, mesh.mesh_shape))

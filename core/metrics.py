@@ -40,8 +40,10 @@ class MetricsLogger:
         config: dict,
         unit: str = "tokens",
         main_host: bool = True,
+        notes: bool = True,
     ):
-        self.unit, self.home, self.main_host = unit, home, main_host
+        self.unit, self.home = unit, home
+        self.notes = notes
         run = RunFolder(home.local)
         self.file = self.wandb_run = self.tensorboard = None
         if main_host:
@@ -83,7 +85,8 @@ class MetricsLogger:
         self.home.push(throttled=True)
 
     def note(self, text: str) -> None:
-        if self.main_host:  # hosts sharing a terminal (torchrun's processes) say it once
+        """Every host says it (each host's log is its own), unless `notes` is off."""
+        if self.notes:
             self.bar.write(text)
 
     def close(self) -> None:

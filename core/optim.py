@@ -142,7 +142,7 @@ def create_state(optimizer: torch.optim.Optimizer) -> None:
     their lazy state (and a second compile)."""
     from torch.optim.optimizer import _get_scalar_dtype
 
-    from zoo.core.sharding import zeros_like_param
+    from zoo.core.backends import zeros_like_param
 
     for group in optimizer.param_groups:
         for param in group["params"]:

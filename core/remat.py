@@ -121,13 +121,13 @@ class LayerStack(nn.ModuleList):
         the trace while it is given the same function object, which is kept here (the cache
         holds it weakly, so a fresh bound method would miss every step)."""
         from functorch.compile import default_partition
-        from torch_xla.experimental.scan import scan
+
+        from zoo.core.backends.xla.ops import scan
 
         partition = SCAN_POLICIES[self.scan_policy] if self.scan_policy else default_partition
         if self._step_fn is None:
             self._step_fn = functools.partial(LayerStack._layer_step, self)
-        carry, outputs = scan(self._step_fn, (hidden, *extras), self._stacked(),
-                              partition_fn=partition, is_fn_pure=True)
+        carry, outputs = scan(self._step_fn, (hidden, *extras), self._stacked(), partition)
         return (carry[0], *outputs) if outputs is not None else carry[0]
 
     def _layer_step(self, carry, weights):
@@ -192,11 +192,9 @@ def _offloading(partition, names: tuple[str, ...]):
     (torch_xla's place_to_host / place_to_device: TPU memory-space annotations)."""
 
     def offloading_partition(joint_module, joint_inputs, **kwargs):
-        from torch_xla.experimental.stablehlo_custom_call import (  # noqa: F401 (the ops)
-            place_to_device,
-            place_to_host,
-        )
+        from zoo.core.backends.xla.ops import register_offload_ops
 
+        register_offload_ops()
         offloaded = {node.args[0].name for node in joint_module.graph.nodes
                      if _named(node, names)}
         forward, backward = partition(joint_module, joint_inputs, **kwargs)
@@ -300,7 +298,6 @@ def checkpointed(forward, *args, **kwargs):
         return forward(*args, **kwargs)
     if tensors[0].device.type != "xla":
         return torch.utils.checkpoint.checkpoint(forward, *args, use_reentrant=False, **kwargs)
-    # torch_xla's version adds an optimization barrier so XLA cannot CSE the recompute away.
-    from torch_xla.utils.checkpoint import checkpoint
+    from zoo.core.backends.xla.ops import checkpoint
 
     return checkpoint(forward, *args, **kwargs)

@@ -1,12 +1,12 @@
-"""What this process actually runs on: PJRT device type, device count, TPU type, versions.
+"""Where this process runs: a TPU VM or not, which slice type, how much host memory.
 
 `configure()` must run before torch_xla is imported: it picks the CPU backend on machines
 without a TPU so the same code runs unchanged on a laptop, a CPU CI box and a TPU VM.
+(What torch_xla then sees: core/backends/xla/runtime.py.)
 """
 
 from __future__ import annotations
 
-import dataclasses
 import glob
 import importlib.metadata
 import os
@@ -28,43 +28,11 @@ def configure() -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
-def _version(package: str) -> str | None:
+def version(package: str) -> str | None:
     try:
         return importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:
         return None
-
-
-@dataclasses.dataclass
-class RuntimeInfo:
-    torch: str | None
-    torch_xla: str | None
-    jax: str | None
-    torchax: str | None
-    pjrt_device: str
-    device_count: int
-    process_index: int
-    process_count: int
-    tpu_type: str | None  # e.g. "v4-32" on a TPU VM, None elsewhere
-
-
-def detect() -> RuntimeInfo:
-    """Initialise the XLA runtime (SPMD mode) and report what it sees."""
-    configure()
-    import torch_xla.runtime as xr
-
-    xr.use_spmd()
-    return RuntimeInfo(
-        torch=_version("torch"),
-        torch_xla=_version("torch_xla"),
-        jax=_version("jax"),
-        torchax=_version("torchax"),
-        pjrt_device=xr.device_type() or os.environ["PJRT_DEVICE"],
-        device_count=xr.global_runtime_device_count(),
-        process_index=xr.process_index(),
-        process_count=xr.process_count(),
-        tpu_type=tpu_type(),
-    )
 
 
 def tpu_type() -> str | None:
@@ -96,12 +64,3 @@ def host_memory_available() -> int | None:
     except OSError:
         pass
     return None
-
-
-def compile_stats() -> tuple[int, float]:
-    """XLA compilations so far in this process and their total seconds (torch_xla's
-    CompileTime metric)."""
-    import torch_xla.debug.metrics as met
-
-    data = met.metric_data("CompileTime")
-    return (int(data[0]), data[1] / 1e9) if data else (0, 0.0)

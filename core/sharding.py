@@ -25,7 +25,6 @@ from pathlib import Path
 import yaml
 
 from zoo.core.errors import UserError
-from zoo.core.mesh import axis_sizes
 from zoo.core.remat import STACKED
 
 Spec = tuple  # per-dimension: None | axis name | tuple of axis names
@@ -199,70 +198,6 @@ def match_activations(model, rules: ShardingRules) -> dict[str, Rule]:
             "rule takes all its matches): fix or remove it"
         )
     return covered
-
-
-def shard_model(model, rules: ShardingRules, mesh) -> list[ParamPlan]:
-    """Annotate every parameter (in place) and hook module outputs; returns the plan.
-
-    The model must already be on the XLA device. Activation specs are applied with
-    `mark_sharding_with_gradients`, so the backward pass gets the same layout.
-    """
-    import torch_xla.distributed.spmd as xs
-
-    plan = plan_params(model, rules, axis_sizes(mesh))
-    params = dict(model.named_parameters())
-    for entry in plan:
-        xs.mark_sharding(params[entry.name], mesh, entry.spec)
-    if math.prod(axis_sizes(mesh).values()) > 1:  # one device: nothing to pin, host time saved
-        shard_activations(model, rules, mesh)
-    return plan
-
-
-def zeros_like_param(param, dtype=None):
-    """Zeros shaped like `param`, on its device with its sharding: optimizer state as a
-    training step would create it. Made on the host and transferred, so no graph compiles."""
-    import torch
-    from torch.distributed.tensor import DTensor
-
-    if isinstance(param, DTensor):  # the dtensor backend: same placements, local zeros
-        return torch.zeros_like(param.detach(), dtype=dtype or param.dtype)
-    zeros = torch.zeros(param.shape, dtype=dtype or param.dtype)
-    if param.device.type != "xla":
-        return zeros
-    import torch_xla
-
-    zeros = zeros.to(param.device)
-    sharding = torch_xla._XLAC._get_xla_op_sharding(param)
-    if sharding is not None:
-        torch_xla._XLAC._xla_mark_sharding(zeros, sharding)
-    return zeros
-
-
-def shard_activations(model, rules: ShardingRules, mesh) -> None:
-    """Hook the outputs of the modules the activation rules name, to mark their sharding."""
-    mesh_axes = axis_sizes(mesh)
-    modules = dict(model.named_modules())
-    for name, rule in match_activations(model, rules).items():
-        modules[name].register_forward_hook(_output_sharder(name, rule, mesh, mesh_axes))
-
-
-def _output_sharder(name: str, rule: Rule, mesh, mesh_axes):
-    import torch
-    import torch_xla.distributed.spmd as xs
-
-    def hook(module, inputs, output):
-        first = output[0] if isinstance(output, tuple) else output
-        if not isinstance(first, torch.Tensor):
-            raise ShardingError(
-                f"activation rule '{rule.pattern}': module '{name}' returns no tensor to shard"
-            )
-        check_spec(
-            rule.spec, tuple(first.shape), mesh_axes, f"activation '{name}' (rule '{rule.pattern}')"
-        )
-        sharded = xs.mark_sharding_with_gradients(first, mesh, rule.spec)
-        return (sharded, *output[1:]) if isinstance(output, tuple) else sharded
-
-    return hook
 
 
 def format_plan(plan: list[ParamPlan]) -> str:

@@ -224,7 +224,7 @@ _WINDOW = re.compile(r"window=\{([^}]*)\}")
 _KERNEL_COST = re.compile(r'"cost_estimate":\{"flops":"(\d+)"')
 # matmuls per score element of MaxText's splash attention kernels (by instruction name):
 # forward QK^T and PV; dq recomputes QK^T and dO V^T and forms dS K; dkv recomputes both and
-# forms P^T dO and dS^T Q (as core/pallas_tpu.py counts zoo's flash backward)
+# forms P^T dO and dS^T Q (as core/backends/xla/pallas_tpu.py counts zoo's flash backward)
 SPLASH_MATMULS = {"splash_mha_fwd": 2, "splash_mha_dq": 3, "splash_mha_dkv": 4}
 _NAME = re.compile(r"^\s*(?:ROOT )?%?([\w.\-]+) = ")
 _LAYOUTS = re.compile(r"operand_layout_constraints=\{(.*?)\}, [a-z_]+=")

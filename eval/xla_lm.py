@@ -51,13 +51,13 @@ class ZooXLALM(HFLM):
 
     def _fixed_shape(self, tensor: torch.Tensor, fill: int) -> torch.Tensor:
         """[b, n] padded with `fill` to [the fixed batch, n's length bucket], on XLA."""
-        import torch_xla
+        from zoo.core.backends.xla.runtime import device
 
         batch, length = tensor.shape
         bucket = next((b for b in BUCKETS if b >= length), length)
         padded = torch.full((max(self.fixed_batch, batch), bucket), fill, dtype=tensor.dtype)
         padded[:batch, :length] = tensor
-        return padded.to(torch_xla.device())
+        return padded.to(device())
 
 
 def _load_zoo_model(folder: str):
@@ -65,12 +65,11 @@ def _load_zoo_model(folder: str):
     import json
     from pathlib import Path
 
-    import torch_xla
-
+    from zoo.core.backends.xla.runtime import device
     from zoo.registry import family_for_hf_architecture
 
     config = json.loads((Path(folder) / "config.json").read_text())
     family = family_for_hf_architecture((config.get("architectures") or ["?"])[0])
     model = family.build(family.config_from_hf(folder), init=False)
     family.load_hf(model, folder)
-    return model.eval().to(torch_xla.device())
+    return model.eval().to(device())

@@ -68,12 +68,14 @@ def doctor(overrides):
 
     OVERRIDES are mesh settings such as mesh.tensor=2 (default: fsdp over all devices).
     """
-    from zoo.core import config, runtime
-    from zoo.core.mesh import axis_sizes, build_mesh
-    from zoo.core.smoke import DoctorConfig, sharded_matmul
+    from zoo.core import config
+    from zoo.core.backends.xla.runtime import detect
+    from zoo.core.backends.xla.smoke import DoctorConfig, sharded_matmul
+    from zoo.core.backends.xla.spmd import build_mesh
+    from zoo.core.mesh import axis_sizes
 
     cfg = config.load(DoctorConfig, overrides=overrides)
-    info = runtime.detect()
+    info = detect()
     rows = [
         ("torch", info.torch),
         ("torch_xla", info.torch_xla),

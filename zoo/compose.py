@@ -172,10 +172,9 @@ def build_engine(model_name: str, overrides: list[str], config_files=(), build_m
 
     rules = ShardingRules.from_yaml(rules_path)
     if backend == "xla":
-        runtime.configure()
-        import torch_xla.runtime as xr
+        from zoo.core.backends.xla.runtime import start
 
-        xr.use_spmd()
+        start()
     from zoo.core.engine import Engine
 
     model_config = family.model_for(cfg.model, topo, cfg.mesh)

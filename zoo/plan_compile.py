@@ -26,9 +26,10 @@ def use_virtual_devices(topo: topology.Topology) -> None:
     """XLA:CPU with one virtual device per device of the slice; must precede torch_xla."""
     wanted = str(topo.devices)
     if "torch_xla.runtime" in sys.modules:
-        import torch_xla.runtime as xr
+        from zoo.core.backends.xla.runtime import detect
 
-        if xr.device_type() != "CPU" or xr.global_runtime_device_count() != topo.devices:
+        info = detect()
+        if info.pjrt_device != "CPU" or info.device_count != topo.devices:
             raise UserError(f"this process already runs XLA on other devices; plan "
                             f"{topo.name} in a fresh process")
         return
@@ -44,7 +45,7 @@ def trace_step_hlo(model_name: str, slice_type: str, overrides: list[str]) -> tu
     topo = topology.parse(cfg.tpu)
     use_virtual_devices(topo)
     cfg = dataclasses.replace(cfg, model=family.model_for(cfg.model, topo, cfg.mesh))
-    from zoo.core.pallas_tpu import pallas_lowering_for_tpu
+    from zoo.core.backends.xla.pallas_tpu import pallas_lowering_for_tpu
     from zoo.core.tpu_compile import tpu_devices
 
     with pallas_lowering_for_tpu(tpu_devices(topo)[0].client.platform_version):
@@ -53,15 +54,10 @@ def trace_step_hlo(model_name: str, slice_type: str, overrides: list[str]) -> tu
 
 def _trace(family, cfg, topo) -> tuple:
     import torch
-    import torch_xla.runtime as xr
 
-    from zoo.core.engine import Engine
-    from zoo.core.inputs import batch_spec
-    from zoo.core.mesh import axis_sizes, build_mesh
-    from zoo.core.optim import build_optimizer, build_schedule
-    from zoo.core.remat import RematConfig, apply_remat
-    from zoo.core.sharding import ShardingRules, plan_params, shard_activations
-    from zoo.core.trace import (
+    from zoo.core.backends.xla.runtime import start
+    from zoo.core.backends.xla.spmd import build_mesh, shard_activations
+    from zoo.core.backends.xla.trace import (
         Placeholders,
         follow_hoisted_placeholders,
         hlo_sharding_text,
@@ -72,10 +68,16 @@ def _trace(family, cfg, topo) -> tuple:
         state_tensors,
         tensor_ids,
     )
+    from zoo.core.engine import Engine
+    from zoo.core.inputs import batch_spec
+    from zoo.core.mesh import axis_sizes
+    from zoo.core.optim import build_optimizer, build_schedule
+    from zoo.core.remat import RematConfig, apply_remat
+    from zoo.core.sharding import ShardingRules, plan_params
 
     rules = ShardingRules.from_yaml(family.preset("sharding", cfg.sharding))
     remat = config_lib.load(RematConfig, files=[family.preset("remat", cfg.remat)])
-    xr.use_spmd()
+    start()
     mesh = build_mesh(cfg.mesh)
     with torch.device("meta"):
         model = family.build(cfg.model, init=False)

@@ -36,6 +36,7 @@ GPU_BF16_PEAK = {"NVIDIA H200": 989e12, "NVIDIA H100": 989e12, "NVIDIA A100": 31
 class DTensorBackend:
     name = "dtensor"
     accumulates_in_loop = False  # micro-batches unrolled in Python: eager ops, no trace
+    one_console = True  # torchrun's processes share the launcher's: the first one speaks
 
     def __init__(self):
         if "RANK" not in os.environ:  # one process not started by torchrun: a group of one
@@ -71,6 +72,7 @@ class DTensorBackend:
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+        from zoo.core.attention import use_fused_kernels
         from zoo.core.mesh import resolve_axis_sizes
         from zoo.core.sharding import plan_params
 
@@ -83,6 +85,7 @@ class DTensorBackend:
             raise UserError(f"--backend dtensor shards over data and fsdp only (FSDP2); mesh "
                             f"{other} needs --backend xla")
         plan = plan_params(model, rules, sizes)
+        use_fused_kernels()
         mesh = init_device_mesh(self.device.type, tuple(sizes[a] for a in MESH_AXES),
                                 mesh_dim_names=MESH_AXES)
         shard_dims = _fsdp_dims(model, plan)
@@ -134,6 +137,12 @@ class DTensorBackend:
         value = value.clone()
         dist.all_reduce(value)
         return value
+
+    def profiler(self, config, run_dir):
+        if config.start_step:
+            raise UserError("profile.start_step captures an XLA profile; the dtensor backend "
+                            "has no profiler yet: run torch.profiler around `zoo train`")
+        return _NoProfile()
 
     def loader(self, host_batches, mesh, example: dict):
         for batch in host_batches:
@@ -226,6 +235,19 @@ def repeated_blocks(model) -> list[torch.nn.Module]:
             if len({type(layer) for layer in module}) == 1:
                 blocks.extend(module)
     return blocks
+
+
+class _NoProfile:
+    """The loop's profiling calls, answered with nothing."""
+
+    def step_starts(self, step: int) -> None:
+        return None
+
+    def step_ended(self, step: int, last: bool) -> None:
+        return None
+
+    def region(self, name: str):
+        return contextlib.nullcontext()
 
 
 class _Root(torch.nn.Module):

@@ -12,7 +12,7 @@ import pytest
 
 from tests.support.runs import losses, popen_zoo, trained_run, zoo
 
-ARGS = ["llama-tiny", "--steps", "8", "log_every=1", "checkpoint_every=4"]
+ARGS = ["llama-tiny", "--steps", "6", "log_every=1", "checkpoint_every=3"]
 DTENSOR = ["--backend", "dtensor", "--nproc", "2"]
 TOLERANCE = 1e-5  # relative, fp32: the two backends reduce in different orders
 
@@ -34,8 +34,8 @@ def assert_same_losses(ours: dict, theirs: dict, steps) -> None:
 
 
 def test_two_processes_train_as_the_xla_backend(dtensor_run, xla_run):
-    assert_same_losses(losses(dtensor_run), losses(xla_run), range(1, 9))
-    assert (dtensor_run / "checkpoints" / "step-00000008" / "manifest.json").exists()
+    assert_same_losses(losses(dtensor_run), losses(xla_run), range(1, 7))
+    assert (dtensor_run / "checkpoints" / "step-00000006" / "manifest.json").exists()
 
 
 @pytest.mark.slow
@@ -46,20 +46,23 @@ def test_either_backend_resumes_the_others_checkpoint(dtensor_run, xla_run, tmp_
     for source, backend in ((xla_run, DTENSOR), (dtensor_run, ["--tpu", "cpu-2"])):
         out = tmp_path / source.parent.name
         shutil.copytree(source, out)
-        shutil.rmtree(out / "checkpoints" / "step-00000008")
+        shutil.rmtree(out / "checkpoints" / "step-00000006")
         (out / "metrics.jsonl").write_text("")
         result = zoo("train", *ARGS, *backend, "--out", str(out))
         assert result.returncode == 0, result.stderr[-3000:]
-        assert "resuming from step 4" in result.stdout
-        assert_same_losses(losses(out), losses(source), range(5, 9))
+        assert "resuming from step 3" in result.stdout
+        assert_same_losses(losses(out), losses(source), range(4, 7))
 
 
 @pytest.mark.slow
-def test_sigkill_of_every_process_then_rerun_resumes_exactly(dtensor_run, tmp_path):
+def test_sigkill_of_every_process_then_rerun_resumes_exactly(tmp_path_factory):
     """As a lost VM: the launcher and its workers (own sessions, as torchrun starts them)
-    are killed at once after checkpoint 4; the rerun takes up from it."""
-    out = tmp_path / "run"
-    proc = popen_zoo("train", *ARGS, *DTENSOR, "--out", str(out),
+    are killed at once after checkpoint 4 of 10; the rerun takes up from it and ends with
+    the uninterrupted run's losses."""
+    args = ["llama-tiny", "--steps", "10", "log_every=1", "checkpoint_every=4", *DTENSOR]
+    uninterrupted = trained_run(tmp_path_factory, args)
+    out = tmp_path_factory.mktemp("killed") / "run"
+    proc = popen_zoo("train", *args, "--out", str(out),
                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
     while not (out / "checkpoints" / "step-00000004" / "manifest.json").exists():
@@ -69,10 +72,10 @@ def test_sigkill_of_every_process_then_rerun_resumes_exactly(dtensor_run, tmp_pa
     for pid in everyone:
         psutil.Process(pid).kill()
     proc.wait()
-    resumed = zoo("train", *ARGS, *DTENSOR, "--out", str(out))
+    resumed = zoo("train", *args, "--out", str(out))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resuming from step 4" in resumed.stdout
-    assert_same_losses(losses(out), losses(dtensor_run), range(1, 9))
+    assert_same_losses(losses(out), losses(uninterrupted), range(1, 11))
 
 
 @pytest.mark.slow

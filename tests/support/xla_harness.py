@@ -56,10 +56,8 @@ def sharded_loss_and_grads(model, loss_fn, inputs: dict, rules, remat, mesh_conf
     import torch_xla
     from torch_xla.distributed.spmd.xla_sharding import wrap_as_sharded_tensor
 
-    from zoo.core.inputs import shard_batch
-    from zoo.core.mesh import build_mesh
+    from zoo.core.backends.xla.spmd import build_mesh, shard_batch, shard_model
     from zoo.core.remat import apply_remat, unstack_weights
-    from zoo.core.sharding import shard_model
 
     mesh = build_mesh(mesh_config)
     apply_remat(model, remat)

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from zoo.core.attention import causal_attention
 from zoo.core.remat import LayerStack, checkpoint_name
 from zoo.llama.config import LlamaConfig
 
@@ -83,11 +84,11 @@ class LlamaAttention(nn.Module):
         groups = self.heads // self.kv_heads
         k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
         if self.use_flash:
+            from zoo.core.backends.xla.ops import flash_attention
+
             out = flash_attention(q, k, v)
-        elif q.device.type == "xla":
+        else:
             out = causal_attention(q, k, v)
-        else:  # the dtensor backend's devices: torch's fused kernels (flash on GPUs)
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return self.o_proj(out)
 
 
@@ -124,34 +125,6 @@ class SplitHeads(nn.Module):
 
     def forward(self, weight):
         return weight.view(weight.shape[0], self.heads, self.head_dim)
-
-
-def causal_attention(q, k, v):
-    """Softmax attention with a causal mask; scores in fp32 for stability.
-
-    The mask is applied with `where` and a finite floor: `masked_fill` gave wrong gradients
-    under scan with min-cut rematerialisation (torch_xla 2.9).
-    """
-    seq = q.shape[-2]
-    # einsum, not @: `@` merges batch and heads, and libtpu then gathers tensor-split heads
-    scores = torch.einsum("bhqd,bhkd->bhqk", q, k).float() / math.sqrt(q.shape[-1])
-    causal = torch.ones(seq, seq, dtype=torch.bool, device=q.device).tril()
-    scores = torch.where(causal, scores, torch.full_like(scores, -1e30))
-    return torch.einsum("bhqk,bhkd->bhqd", scores.softmax(-1).to(v.dtype), v)
-
-
-def flash_attention(q, k, v):
-    """torch_xla's Pallas flash attention (TPU only), sharded like the activations:
-    batch over the batch axes, heads over tensor, when an SPMD mesh is set."""
-    import torch_xla.distributed.spmd as xs
-    from torch_xla.experimental.custom_kernel import flash_attention as pallas_flash
-
-    from zoo.core.inputs import BATCH_AXES
-
-    mesh = xs.get_global_mesh()
-    spec = (BATCH_AXES, "tensor", None, None) if mesh is not None else None
-    scale = 1.0 / math.sqrt(q.shape[-1])
-    return pallas_flash(q, k, v, causal=True, sm_scale=scale, partition_spec=spec, mesh=mesh)
 
 
 class LlamaMLP(nn.Module):

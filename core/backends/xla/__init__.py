@@ -8,13 +8,13 @@ import time
 
 import torch
 
-from zoo.core import runtime
 from zoo.core.errors import UserError
 
 
 class XlaBackend:
     name = "xla"
     accumulates_in_loop = True  # grad_accum > 1 as one XLA while loop
+    one_console = False  # each host logs to its own console
 
     def device_count(self) -> int:
         import torch_xla.runtime as xr
@@ -39,8 +39,8 @@ class XlaBackend:
         parameter plan, the SPMD mesh, its axis sizes)."""
         import torch_xla
 
-        from zoo.core.mesh import axis_sizes, build_mesh
-        from zoo.core.sharding import shard_model
+        from zoo.core.backends.xla.spmd import build_mesh, shard_model
+        from zoo.core.mesh import axis_sizes
 
         mesh = build_mesh(mesh_config)
         model = model.to(torch_xla.device())
@@ -55,15 +55,20 @@ class XlaBackend:
 
     def sync(self) -> None:
         """Cut the graph traced so far and run it (one graph per evaluation batch)."""
-        import torch_xla
+        from zoo.core.backends.xla.runtime import sync
 
-        torch_xla.sync()
+        sync()
 
     def total(self, value: torch.Tensor) -> torch.Tensor:
         return value  # SPMD tensors are global: their sums are already every host's
 
+    def profiler(self, config, run_dir):
+        from zoo.core.backends.xla.profile import StepProfiler
+
+        return StepProfiler(config, run_dir)
+
     def loader(self, host_batches, mesh, example: dict):
-        from zoo.core.inputs import device_loader
+        from zoo.core.backends.xla.spmd import device_loader
 
         return device_loader(host_batches, mesh, example)
 
@@ -85,11 +90,13 @@ class XlaBackend:
         _sync_step()
 
     def compile_stats(self) -> tuple[int, float]:
-        return runtime.compile_stats()
+        from zoo.core.backends.xla.runtime import compile_stats
+
+        return compile_stats()
 
     def peak_flops(self, dtype_name: str, devices: int) -> tuple[float, str]:
-        """This host's matmul peak through XLA, remembered for a day (core/cpu_peak.py)."""
-        from zoo.core.cpu_peak import remembered_cpu_peak
+        """This host's matmul peak through XLA, remembered for a day (cpu_peak.py here)."""
+        from zoo.core.backends.xla.cpu_peak import remembered_cpu_peak
 
         peak, measured_at = remembered_cpu_peak(dtype_name, devices)
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(measured_at))
@@ -99,11 +106,9 @@ class XlaBackend:
     # -- what a checkpoint needs -------------------------------------------------------------
     def materialize(self) -> None:
         """Run pending lazy computations and wait for them: tensors can be read after."""
-        import torch_xla
-        import torch_xla.core.xla_model as xm
+        from zoo.core.backends.xla.runtime import sync_and_wait
 
-        torch_xla.sync()
-        xm.wait_device_ops()
+        sync_and_wait()
 
     def rng_state(self) -> dict:
         # Every sync advances torch_xla's RNG seed: read right after `materialize`, a resumed

@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from zoo.core.flops import calibrate_cpu_peak
+from zoo.core.backends.xla.peak import calibrate_cpu_peak
 from zoo.core.store import cache_home
 
 MAX_AGE_S = 24 * 3600

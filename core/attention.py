@@ -1,0 +1,42 @@
+"""Causal softmax attention: the one entry point model families call; which kernel runs is
+the backend's choice. The xla backend's program is the plain product below, which XLA
+fuses (a family picks Pallas flash attention on a TPU itself, for its sharding); the
+dtensor backend turns on torch's fused kernels (`scaled_dot_product_attention`: flash
+kernels on GPUs, TorchTPU's fused kernel on TPUs). Off any backend (eager CPU, the FLOP
+counter, parity tests) it is the plain product too."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+_fused_kernels = False
+
+
+def use_fused_kernels() -> None:
+    """From now on in this process, attention runs torch's SDPA (the dtensor backend)."""
+    global _fused_kernels
+    _fused_kernels = True
+
+
+def causal_attention(q, k, v):
+    """[batch, heads, seq, head_dim] queries, keys and values -> the attended values."""
+    if _fused_kernels:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return plain_causal_attention(q, k, v)
+
+
+def plain_causal_attention(q, k, v):
+    """Softmax attention with a causal mask; scores in fp32 for stability.
+
+    The mask is applied with `where` and a finite floor: `masked_fill` gave wrong gradients
+    under scan with min-cut rematerialisation (torch_xla 2.9).
+    """
+    seq = q.shape[-2]
+    # einsum, not @: `@` merges batch and heads, and libtpu then gathers tensor-split heads
+    scores = torch.einsum("bhqd,bhkd->bhqk", q, k).float() / math.sqrt(q.shape[-1])
+    causal = torch.ones(seq, seq, dtype=torch.bool, device=q.device).tril()
+    scores = torch.where(causal, scores, torch.full_like(scores, -1e30))
+    return torch.einsum("bhqk,bhkd->bhqd", scores.softmax(-1).to(v.dtype), v)
