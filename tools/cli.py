@@ -27,6 +27,12 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except UserError as error:
             raise click.ClickException(str(error)) from None
+        except ModuleNotFoundError as error:
+            if (error.name or "").split(".")[0] != "torch_xla":
+                raise
+            raise click.ClickException(  # a command only the xla backend runs
+                f"zoo {ctx.invoked_subcommand} needs torch_xla, which is not installed: "
+                "./setup_vm.sh (or pip install 'zoo[xla]')") from None
         except click.UsageError as error:  # one line too, naming where the help is
             command = error.ctx.command_path if error.ctx else "zoo"
             one_line = click.ClickException(f"{error.format_message()} (see {command} --help)")

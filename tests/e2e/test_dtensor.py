@@ -1,16 +1,18 @@
 """The dtensor backend (core/backends/dtensor.py) as a user runs it: `zoo train --backend
 dtensor --nproc N` is N gloo processes under torchrun's launcher, and trains the same
 run as the xla backend: the same losses, checkpoints either backend restores, and an exact
-resume after every process is SIGKILLed."""
+resume after every process is SIGKILLed. It runs with torch_xla unimportable."""
 
 import json
+import os
 import subprocess
 import time
 
 import psutil
 import pytest
 
-from tests.support.runs import losses, popen_zoo, trained_run, zoo
+from tests.support.paths import ROOT
+from tests.support.runs import env, losses, popen_zoo, trained_run, zoo, zoo_command
 
 ARGS = ["llama-tiny", "--steps", "6", "log_every=1", "checkpoint_every=3"]
 DTENSOR = ["--backend", "dtensor", "--nproc", "2"]
@@ -18,8 +20,23 @@ TOLERANCE = 1e-5  # relative, fp32: the two backends reduce in different orders
 
 
 @pytest.fixture(scope="module")
-def dtensor_run(tmp_path_factory):
-    return trained_run(tmp_path_factory, [*ARGS, *DTENSOR])
+def without_torch_xla(tmp_path_factory) -> dict:
+    """An environment where torch_xla cannot be imported (as where TorchTPU replaces it)."""
+    folder = tmp_path_factory.mktemp("no-torch-xla")
+    (folder / "sitecustomize.py").write_text(
+        "import sys\nsys.modules['torch_xla'] = None\n")
+    return {**env(), "PYTHONPATH": f"{env()['PYTHONPATH']}{os.pathsep}{folder}"}
+
+
+@pytest.fixture(scope="module")
+def dtensor_run(tmp_path_factory, without_torch_xla):
+    """The dtensor backend's run, with torch_xla unimportable: it needs none."""
+    out = tmp_path_factory.mktemp("dtensor") / "run"
+    result = subprocess.run(zoo_command("train", *ARGS, *DTENSOR, "--out", str(out)),
+                            env=without_torch_xla, cwd=ROOT, capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -115,6 +132,18 @@ SUITE = """
 - {name: tensor-2dev, model: llama-tiny, tpu: cpu-2, sharding: fsdp_tensor, remat: none,
    global_batch_size: 4, seq_len: 128, overrides: [mesh.tensor=2]}
 """
+
+
+def test_without_torch_xla_the_cli_answers_and_xla_commands_say_what_to_install(
+        without_torch_xla):
+    def run(*args):
+        return subprocess.run(zoo_command(*args), env=without_torch_xla, cwd=ROOT,
+                              capture_output=True, text=True, timeout=120)
+
+    assert run("--help").returncode == 0
+    doctor = run("doctor")
+    assert doctor.returncode != 0 and "Traceback" not in doctor.stderr
+    assert "zoo doctor needs torch_xla, which is not installed" in doctor.stderr
 
 
 @pytest.mark.parametrize("args, says", [
