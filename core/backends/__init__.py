@@ -23,7 +23,7 @@ What a backend answers (each implementation documents its own way):
   share_of_mean(loss, weight)         this process's loss, weighed so the processes'
                                       average is the batch's mean (Task.loss_weight)
   autocast(model, bf16)               the step's precision context
-  gradient_accumulation(...)          micro-batches as one loop (accumulates_in_loop)
+  gradient_accumulation(...)          micro-batches as one loop, where accumulates_in_loop
   after_step(done, args)              hand the step's values to `done` once readable
   sync() total(value)                 end an evaluation batch; a sum over every process
   compile_stats() peak_flops(dtype, devices) profiler(config, run_dir)

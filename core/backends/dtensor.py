@@ -151,9 +151,6 @@ class DTensorBackend:
     def autocast(self, model, bf16: bool):
         return contextlib.nullcontext()  # FSDP2's mixed precision policy casts the weights
 
-    def gradient_accumulation(self, *args):
-        raise NotImplementedError("the dtensor backend unrolls micro-batches")
-
     def after_step(self, done, args: tuple) -> None:
         """The step has run (eager): `done` gets its values over all processes (each
         process's loss and metrics are means over its rows; their mean is the batch's)."""
