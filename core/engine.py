@@ -192,7 +192,7 @@ class Engine:
             for micro in _micro_batches(batch, accum):
                 with self.autocast():
                     loss, aux = self.backend.run(self.task.loss, self.model, micro)
-                loss = self.backend.share_of_mean(loss, self.task.loss_weight(micro))
+                loss = self.backend.share_of_mean(loss, self.task, micro)
                 (loss / accum).backward()
                 total = total + loss.detach() / accum
                 for key, value in aux.items():

@@ -20,7 +20,7 @@ What a backend answers (each implementation documents its own way):
                                       sizes); refuse a preset it cannot express
   loader(host_batches, mesh, example) this process's batches on its devices
   run(fn, *args)                      a use of the model (a loss, a validation forward)
-  share_of_mean(loss, weight)         this process's loss, weighed so the processes'
+  share_of_mean(loss, task, batch)    this process's loss, weighed so the processes'
                                       average is the batch's mean (Task.loss_weight)
   autocast(model, bf16)               the step's precision context
   gradient_accumulation(...)          micro-batches as one loop, where accumulates_in_loop

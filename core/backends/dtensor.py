@@ -118,16 +118,15 @@ class DTensorBackend:
             self.root.reshard()  # gathered ones are not the parameters the optimizer holds
         return result
 
-    def share_of_mean(self, loss: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
+    def share_of_mean(self, loss: torch.Tensor, task, batch: dict) -> torch.Tensor:
         """This process's mean loss, scaled so that the processes' average (what FSDP2's
         gradient reduction and `after_step` take) is the whole batch's mean: a process whose
         rows hold more of what the loss averages over (tokens not padded) weighs more."""
         world = dist.get_world_size()
-        if weight is None or world == 1:
+        weight = task.loss_weight(batch) if world > 1 else None
+        if weight is None:
             return loss
-        total = weight.detach().clone().float()
-        dist.all_reduce(total)
-        return loss * (weight.float() * world / total)
+        return loss * (weight.float() * world / self.total(weight.detach().float()))
 
     def sync(self) -> None:
         return None  # eager: each op has run

@@ -50,7 +50,7 @@ class XlaBackend:
         """`fn(*args)`, a use of the model: traced into the step's graph."""
         return fn(*args)
 
-    def share_of_mean(self, loss, weight):
+    def share_of_mean(self, loss, task, batch):
         return loss  # one global program: the loss is already the whole batch's
 
     def sync(self) -> None:
