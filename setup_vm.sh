@@ -18,7 +18,7 @@ if is_tpu_vm; then target=tpu; else target=cpu; fi
 [ -d "$venv" ] || { echo "setup: creating $venv"; "$python" -m venv "$venv"; }
 
 stamp="$venv/.zoo-install"
-want="$target $(cat pyproject.toml setup.py | sha256sum | cut -d' ' -f1)"
+want="$target $(sha256sum < pyproject.toml | cut -d' ' -f1)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] \
    && "$venv/bin/python" -c "import torch_xla, zoo.core" 2>/dev/null; then
   echo "setup: $venv is up to date ($target)"
@@ -32,7 +32,7 @@ else
   else
     extras="dev,xla,tpu-compile"  # libtpu as a compile-only TPU compiler; XLA runs on the CPU
   fi
-  # setuptools warns about every editable install of a mapped package (setup.py); quiet it
+  # setuptools warns that ./zoo may shadow the installed package: it is that package; quiet it
   PYTHONWARNINGS=ignore "$venv/bin/pip" install -q -e ".[$extras]"
   echo "$want" > "$stamp"
   echo "setup: done"

@@ -1,3 +1,3 @@
-"""zoo: model families (llama, t5, vit) and kinds of training (zoo.tasks) on the shared runtime
-(zoo.core); runs are composed, planned and found here. The repo's other folders install into
-this namespace too: zoo.core, zoo.eval, zoo.benchmarks, zoo.tools."""
+"""zoo: the package, one folder per floor, each path spelling its module (zoo/core/engine.py
+is zoo.core.engine): core (the runtime) <- tasks (kinds of training) <- models (the families)
+<- app (runs composed, planned, sampled) <- {benchmarks, eval} <- tools (the `zoo` CLI)."""

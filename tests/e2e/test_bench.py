@@ -101,8 +101,8 @@ def test_unknown_suite_lists_the_suites():
 
 
 def test_default_suite_covers_every_family_with_valid_configs():
-    from zoo.compose import load_run_config
-    from zoo.registry import FAMILIES
+    from zoo.app.compose import load_run_config
+    from zoo.models.registry import FAMILIES
 
     entries = load_suite("default")
     assert {e.model.split("-")[0] for e in entries} == set(FAMILIES)
@@ -127,7 +127,7 @@ def test_plan_8b_on_v5p_128_fits():
 
 
 def test_plan_counts_parameters_from_the_sharding_plan():
-    from zoo.plan import make_plan
+    from zoo.app.plan import make_plan
 
     plan = make_plan("llama-8b", "v5p-128", [], 0.5)
     # 8.03e9 fp32 parameters split over 64 fsdp shards

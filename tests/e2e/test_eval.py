@@ -15,7 +15,7 @@ import torch
 
 from tests.support.paths import ROOT
 
-TEACH = ["data.source=eval/tasks/data/teach.jsonl", "seq_len=64", "log_every=50",
+TEACH = ["data.source=zoo/eval/tasks/data/teach.jsonl", "seq_len=64", "log_every=50",
          "checkpoint_every=1000"]
 TASKS = "arc_easy_sample,hellaswag_sample"
 
@@ -76,8 +76,8 @@ def test_training_on_the_teaching_text_is_measured_by_eval(cpu_eval):
 
 def zoo_model(run):
     """The zoo family's own model with the run's latest weights."""
+    from zoo.app.saved_run import checkpoint_of, load_run
     from zoo.core.checkpoint import load_checkpoint
-    from zoo.saved_run import checkpoint_of, load_run
 
     family, cfg, _ = load_run(run)
     model = family.build(cfg.model, init=False)
@@ -109,7 +109,7 @@ def test_export_loads_in_transformers_and_gives_the_zoo_logits(runs):
 def test_generation_with_the_kv_cache_continues_as_the_zoo_model_does(runs):
     """zoo generate runs transformers' cached generation: the same tokens, greedy or sampled
     with one seed, as the zoo model recomputing the whole sequence for every token."""
-    from zoo.generate import generate, load_for_generation
+    from zoo.app.generate import generate, load_for_generation
 
     cached, tokenizer = load_for_generation(runs["trained"])
     assert type(cached).__name__ == "LlamaForCausalLM"
@@ -125,7 +125,7 @@ def test_lm_eval_cli_on_the_export_gives_the_same_numbers(runs, cpu_eval):
     folder = json.loads(cpu_eval["trained"].read_text())["model_folder"]
     out = runs["tmp"] / "lm_eval_out"
     result = run(str(Path(sys.executable).parent / "lm_eval"), "--model", "hf", "--model_args",
-                 f"pretrained={folder}", "--tasks", TASKS, "--include_path", "eval/tasks",
+                 f"pretrained={folder}", "--tasks", TASKS, "--include_path", "zoo/eval/tasks",
                  "--device", "cpu", "--batch_size", "8", "--output_path", str(out))
     assert result.returncode == 0, result.stderr[-3000:]
     results_file = next(out.rglob("results_*.json"))

@@ -112,7 +112,7 @@ def test_models_lists_every_size_with_parameter_count():
     result = zoo("models")
     assert result.returncode == 0
     lines = dict(line.split(None, 1) for line in result.stdout.strip().splitlines())
-    from zoo.registry import model_names
+    from zoo.models.registry import model_names
 
     assert set(lines) == set(model_names())
     assert lines["llama-1b"].startswith("1,235.8 M")  # Llama 3.2 1B: 1.24B parameters
@@ -154,7 +154,7 @@ def test_bf16_training_runs_and_learns(tmp_path):
 def test_init_from_a_hugging_face_directory(tmp_path):
     import transformers
 
-    from zoo.llama.config import LlamaConfig
+    from zoo.models.llama.config import LlamaConfig
 
     hf_dir = tmp_path / "hf"
     config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -223,7 +223,7 @@ def test_a_damaged_newest_checkpoint_is_set_aside_and_the_run_resumes_exactly(
 def test_a_copied_run_folder_reads_its_own_checkpoints(reference_run, tmp_path):
     """The config's saved `out:` names the original folder; a copy (or a moved run) must
     export and sample its own checkpoints, not the original's."""
-    from zoo.saved_run import checkpoint_of, load_run
+    from zoo.app.saved_run import checkpoint_of, load_run
 
     copy = tmp_path / "copy"
     shutil.copytree(reference_run[0], copy)

@@ -21,12 +21,12 @@ import torch
 
 from tests.support.conformance_worker import mesh_for, preset_names
 from tests.support.xla_harness import assert_same_loss_and_grads, run_workers
-from zoo.compose import load_run_config
+from zoo.app.compose import load_run_config
 from zoo.core import config as config_lib
 from zoo.core.mesh import resolve_axis_sizes
 from zoo.core.remat import RematConfig, apply_remat
 from zoo.core.sharding import ShardingError, ShardingRules, match_activations, plan_params
-from zoo.registry import FAMILIES, family
+from zoo.models.registry import FAMILIES, family
 
 SIZES = [(name, size) for name in FAMILIES for size in family(name).sizes]
 PRESETS = [(name, p) for name in FAMILIES for p in preset_names(family(name))]

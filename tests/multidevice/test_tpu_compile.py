@@ -464,7 +464,7 @@ def test_json_record_holds_every_field_the_console_shows(default_records):
 
 
 TRACE_256 = """
-from zoo.plan_compile import trace_step_hlo
+from zoo.app.plan_compile import trace_step_hlo
 _, topo, text, _, _ = trace_step_hlo("llama-tiny", "v6e-256", ["remat=none"])
 print(topo.devices, "devices=[256" in text)
 """

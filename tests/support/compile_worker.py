@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from zoo.plan_compile import compile_plan
+from zoo.app.plan_compile import compile_plan
 
 
 def main(out: str, slice_type: str, cases: str) -> None:

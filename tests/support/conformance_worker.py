@@ -23,12 +23,12 @@ import torch  # noqa: E402
 import torch_xla.runtime as xr  # noqa: E402
 
 from tests.support.xla_harness import sharded_loss_and_grads  # noqa: E402
-from zoo.compose import build_engine, load_run_config  # noqa: E402
+from zoo.app.compose import build_engine, load_run_config  # noqa: E402
 from zoo.core import config as config_lib  # noqa: E402
 from zoo.core.mesh import MeshConfig  # noqa: E402
 from zoo.core.remat import RematConfig  # noqa: E402
 from zoo.core.sharding import ShardingRules  # noqa: E402
-from zoo.registry import family  # noqa: E402
+from zoo.models.registry import family  # noqa: E402
 
 
 def preset_names(fam) -> list[str]:

@@ -1,4 +1,4 @@
-"""core/checkpoint.check_writable: a checkpoint location that cannot be written fails in
+"""zoo/core/checkpoint.check_writable: a checkpoint location that cannot be written fails in
 one line, in seconds, before anything is built."""
 
 import time

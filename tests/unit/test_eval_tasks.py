@@ -12,7 +12,7 @@ def heldout_folder(folder: Path) -> Path:
     """arc_easy_sample under another task name, in a file named after neither."""
     text = (TASKS_DIR / "arc_easy_sample.yaml").read_text()
     text = text.replace("task: arc_easy_sample", "task: heldout_arc")
-    text = text.replace("eval/tasks/data/", f"{TASKS_DIR}/data/")
+    text = text.replace("zoo/eval/tasks/data/", f"{TASKS_DIR}/data/")
     (folder / "heldout.yaml").write_text(text)
     (folder / "base.yaml").write_text("output_type: multiple_choice\n")  # included, no task
     return folder

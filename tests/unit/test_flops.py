@@ -10,9 +10,9 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from zoo.compose import load_run_config
-from zoo.llama.config import LlamaConfig
-from zoo.llama.family import FAMILY, forward_flops
+from zoo.app.compose import load_run_config
+from zoo.models.llama.config import LlamaConfig
+from zoo.models.llama.family import FAMILY, forward_flops
 
 CONFIGS = {
     "mha": LlamaConfig(vocab_size=512, hidden_size=64, intermediate_size=160,

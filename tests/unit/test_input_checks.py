@@ -6,12 +6,12 @@ import re
 
 import pytest
 
-from zoo.compose import load_run_config
+from zoo.app.compose import load_run_config
+from zoo.app.generate import check_positions, check_sampling
+from zoo.app.scaffold import check_not_shadowing
 from zoo.core.errors import UserError
 from zoo.core.optim import OptimConfig, ScheduleConfig
-from zoo.generate import check_positions, check_sampling
-from zoo.llama.config import LlamaConfig
-from zoo.scaffold import check_not_shadowing
+from zoo.models.llama.config import LlamaConfig
 
 
 @pytest.mark.parametrize("fields, message", [
@@ -100,7 +100,8 @@ def test_sampling_options_are_refused(options, message):
 
 @pytest.mark.parametrize("name, message", [
     ("core", "already a zoo package or module"),
-    ("compose", "already a zoo package or module"),
+    ("app", "already a zoo package or module"),
+    ("registry", "already a zoo package or module"),
     ("benchmarks", "already a zoo package or module"),
     ("zoo", "already a zoo package or module"),
     ("os", "standard-library module"),

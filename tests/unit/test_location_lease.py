@@ -1,4 +1,4 @@
-"""core/location_lease.py: a checkpoint location has one owning run and one writing
+"""zoo/core/location_lease.py: a checkpoint location has one owning run and one writing
 process; leases of processes that are gone are taken over, live ones refused."""
 
 import json

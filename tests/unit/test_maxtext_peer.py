@@ -3,9 +3,9 @@ itself: tests/e2e/test_bench.py, slow)."""
 
 import pytest
 
+from zoo.app.compose import load_run_config
 from zoo.benchmarks import maxtext
 from zoo.benchmarks.suite import Entry, load_suite
-from zoo.compose import load_run_config
 from zoo.core.errors import UserError
 
 LOG = """\

@@ -1,4 +1,4 @@
-"""core/nan_guard.py: a bad step is undone in the graph (skip) or named (stop)."""
+"""zoo/core/nan_guard.py: a bad step is undone in the graph (skip) or named (stop)."""
 
 import torch
 

@@ -1,4 +1,4 @@
-"""LazyTracedAdamW (core/optim.py) is torch's AdamW: same parameters, same state, same
+"""LazyTracedAdamW (zoo/core/optim.py) is torch's AdamW: same parameters, same state, same
 checkpoints; only the ops its update is written in differ."""
 
 import pytest

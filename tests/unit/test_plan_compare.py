@@ -5,10 +5,11 @@ CLI's one-line refusals (the compile itself: tests/e2e/test_plan_compare.py, slo
 import pytest
 from click.testing import CliRunner
 
+from zoo.app.compose import load_run_config
+from zoo.app.plan import make_plan
 from zoo.benchmarks.maxtext_keys import maxtext_keys, remat_keys
 from zoo.benchmarks.plan_compare import Comparison
 from zoo.benchmarks.plan_compare_table import describe, table_rows
-from zoo.compose import load_run_config
 from zoo.core.errors import UserError
 from zoo.core.step_model import LABEL, project
 from zoo.core.topology import parse
@@ -19,7 +20,6 @@ from zoo.core.tpu_compile import (
     count_matmul_flops,
     parse_out_of_memory,
 )
-from zoo.plan import make_plan
 from zoo.tools.cli import cli
 
 GiB = 2**30

@@ -1,4 +1,4 @@
-"""core/run_home.RunHome: a run folder in a bucket is worked in a local copy that starts
+"""zoo/core/run_home.RunHome: a run folder in a bucket is worked in a local copy that starts
 from what the run continues and pushes back only what changed (file:// stands in for gs://)."""
 
 import os

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from zoo import compose
+from zoo.app import compose
 from zoo.core.errors import UserError
 
 

@@ -4,13 +4,13 @@ import pytest
 import torch
 
 from tests.support.runs import zoo
+from zoo.models.vit.family import forward_flops
 from zoo.tasks.images import ImageBatches, ImageDataConfig, load_splits
-from zoo.vit.family import forward_flops
 
 
 def test_flops_count_patch_embedding_layers_and_classifier():
     """ViT-B/16 at 224 px: ~17.6 GFLOPs forward per image (the commonly quoted figure)."""
-    from zoo.compose import load_run_config
+    from zoo.app.compose import load_run_config
 
     _, run = load_run_config("vit-b16", ["data.source=synthetic"])
     assert forward_flops(run) == pytest.approx(2 * 17.56e9, rel=0.02)  # 2 FLOPs per MAC

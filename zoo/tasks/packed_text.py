@@ -50,7 +50,7 @@ class DataConfig:
     text_field: str = "text"  # column holding the text (jsonl/json/parquet/hub)
     split: str = "train"  # local files are the "train" split; slices like train[:90%] work
     subset: str | None = None  # Hub dataset config name
-    tokenizer: str = "default"  # "default" = core/assets/tokenizer, a local dir or a Hub name
+    tokenizer: str = "default"  # "default" = zoo/core/assets/tokenizer, a local dir or a Hub name
     shuffle_seed: int = 0
     cache_dir: str | None = None  # tokenized sources; default $ZOO_CACHE or ~/.cache/zoo
     # read the source as a stream: documents are tokenized as they arrive and never held all

@@ -44,7 +44,7 @@ class Seq2SeqDataConfig:
     target_column: str = "target"
     split: str = "train"
     subset: str | None = None
-    tokenizer: str = "default"  # "default" = core/assets/tokenizer, a local dir or a Hub name
+    tokenizer: str = "default"  # "default" = zoo/core/assets/tokenizer, a local dir or a Hub name
     shuffle_seed: int = 0
 
     def __post_init__(self):

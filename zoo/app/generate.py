@@ -1,0 +1,114 @@
+"""Sample text from a trained run or checkpoint on the host CPU (no torch_xla needed).
+
+A family with a Hugging Face class generates through transformers' `generate`, whose KV
+cache makes each new token cost one position (a long generation is linear in its length);
+a family without one (a new model before its export is written) runs its own model over the
+whole sequence for every token."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import torch
+
+from zoo.core.errors import UserError
+
+
+def load_for_generation(path: str | Path, prompt: str = "", max_new_tokens: int = 0):
+    """(model in eval mode, tokenizer) from a run folder or one of its checkpoints: the
+    family's transformers class where it has one, else its own model. Before any weights are
+    read, refused unless the model makes text and has positions for the prompt and
+    `max_new_tokens` more."""
+    from zoo.app.saved_run import checkpoint_of, load_run
+    from zoo.core.checkpoint import load_checkpoint
+    from zoo.core.data import load_tokenizer
+
+    family, cfg, _ = load_run(path)
+    if not family.task.generates_text:
+        raise UserError(f"{path} is a {cfg.model_name} run ({family.task.name}); zoo generate "
+                        "continues prompts with causal language models only")
+    tokenizer = load_tokenizer(cfg.data.tokenizer)
+    check_positions(cfg.model, len(tokenizer(prompt).input_ids), max_new_tokens)
+    weights = load_checkpoint(checkpoint_of(path))
+    if family.hf_class is None:
+        model = family.build(cfg.model, init=False)
+        model.load_state_dict(weights)
+        return model.eval(), tokenizer
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()  # weights from memory: no progress
+    hf_class = getattr(transformers, family.hf_class)
+    model = hf_class.from_pretrained(None, config=family.hf_config(cfg.model), state_dict=weights)
+    return model.eval(), tokenizer
+
+
+def check_positions(model_config, prompt_tokens: int, max_new_tokens: int) -> None:
+    """Refuse a prompt and continuation longer than the model's positions (when its config
+    names them: model.max_position_embeddings)."""
+    positions = getattr(model_config, "max_position_embeddings", None)
+    if positions and prompt_tokens + max_new_tokens > positions:
+        room = positions - prompt_tokens
+        fix = f"use --max-new-tokens {room} or less" if room > 0 else "shorten the prompt"
+        raise UserError(f"the prompt's {prompt_tokens} tokens and --max-new-tokens "
+                        f"{max_new_tokens} need more positions than the model has "
+                        f"({positions}, model.max_position_embeddings); {fix}")
+
+
+def check_sampling(max_new_tokens: int, temperature: float, top_k: int) -> None:
+    """Refuse, before a model is loaded, options that sampling would fail on mid-way."""
+    if max_new_tokens < 1:
+        raise UserError(f"--max-new-tokens must be at least 1, not {max_new_tokens}")
+    if not math.isfinite(temperature) or temperature < 0:
+        raise UserError(f"--temperature must be a finite number >= 0 (0: greedy), "
+                        f"not {temperature}")
+    if top_k < 0:
+        raise UserError(f"--top-k must be >= 0 (0: no top-k cut), not {top_k}")
+
+
+@torch.no_grad()
+def generate(
+    model,
+    tokenizer,
+    prompt: str,
+    max_new_tokens: int = 50,
+    temperature: float = 0.0,
+    top_k: int = 0,
+    seed: int = 0,
+) -> str:
+    """Greedy when temperature is 0, else top-k (0 = all) sampling at that temperature."""
+    ids = tokenizer(prompt, return_tensors="pt").input_ids
+    torch.manual_seed(seed)
+    if hasattr(model, "generate"):  # a transformers model: with its KV cache
+        from transformers import GenerationConfig, LogitsProcessorList
+
+        sampling = {"do_sample": True, "temperature": temperature, "top_k": top_k} \
+            if temperature > 0 else {"do_sample": False}
+        ids = model.generate(
+            ids, attention_mask=torch.ones_like(ids),
+            generation_config=GenerationConfig(
+                max_new_tokens=max_new_tokens, eos_token_id=tokenizer.eos_token_id,
+                pad_token_id=tokenizer.pad_token_id, **sampling),
+            logits_processor=LogitsProcessorList([_refuse_non_finite]))
+    else:
+        for _ in range(max_new_tokens):
+            logits = _refuse_non_finite(ids, model(ids)[:, -1].float())[0]
+            if temperature <= 0:
+                token = logits.argmax()
+            else:
+                if top_k:
+                    threshold = logits.topk(min(top_k, logits.numel())).values[-1]
+                    logits = logits.masked_fill(logits < threshold, float("-inf"))
+                token = torch.multinomial((logits / temperature).softmax(-1), 1)[0]
+            ids = torch.cat([ids, token.view(1, 1)], dim=1)
+            if token.item() == tokenizer.eos_token_id:
+                break
+    return tokenizer.decode(ids[0], skip_special_tokens=True)
+
+
+def _refuse_non_finite(ids, scores):
+    """The next token's scores, unless they are not finite numbers (weights that diverged)."""
+    if not scores.isfinite().all():
+        raise UserError("the model's outputs are not finite numbers (its weights "
+                        "diverged?); sample from an earlier checkpoint")
+    return scores

@@ -1,0 +1,63 @@
+"""Finding things in run folders (layout: zoo/core/run_folder.py) and in checkpoint locations
+elsewhere (`checkpoint_dir`, e.g. gs://bucket/run), which keep a copy of the run's config as
+`run-config.yaml` so a checkpoint there can be exported or sampled on its own."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from zoo.core.checkpoint import complete_steps
+from zoo.core.config import parse_yaml
+from zoo.core.errors import UserError
+from zoo.core.run_folder import LOCATION_CONFIG, RUN_CONFIG, step_dir_name, step_of
+from zoo.core.run_home import RunHome
+from zoo.core.store import Store, answered, reason
+
+
+def load_run(path: str | Path):
+    """(family, resolved run config, RunHome) for a run folder (a path or a URL), a
+    checkpoint location holding `run-config.yaml`, or a checkpoint folder in either."""
+    from zoo.app.compose import load_run_config
+
+    try:
+        saved, run_dir = answered(lambda: _saved_config(str(path)))
+    except UserError:
+        raise
+    except Exception as error:  # a bucket out of reach, a folder not readable
+        raise UserError(f"cannot read {path}: {reason(error)}") from None
+    model_name = parse_yaml(saved[1], saved[0]).get("model_name")
+    if not isinstance(model_name, str):
+        raise UserError(f"{saved[0]} names no model (model_name); it is not a zoo run config")
+    family, cfg = load_run_config(model_name, [], [saved])
+    if run_dir:  # the folder given, not the `out` saved in it: a copied run reads its own
+        cfg = dataclasses.replace(cfg, out=run_dir)
+    return family, cfg, RunHome(cfg.out)
+
+
+def checkpoint_of(path: str | Path) -> str:
+    """The checkpoint folder `path` names: itself, or the newest committed checkpoint of the
+    run (in the run's checkpoint location, wherever that is) or of the location."""
+    path = str(path)
+    if step_of(Store(path).name) is not None:
+        return path
+    _, cfg, _ = load_run(path)
+    for location in (Store(path), Store(cfg.checkpoint_location)):
+        steps = complete_steps(location)
+        if steps:
+            return (location / step_dir_name(steps[-1])).url
+    raise UserError(f"run {path} has no complete checkpoint yet (looked in "
+                    f"{cfg.checkpoint_location})")
+
+
+def _saved_config(path: str) -> tuple[tuple[str, str], str | None]:
+    """((the run config's file, its text), the run folder when `path` is in one)."""
+    store = Store(path)
+    for run in (store, store.parent.parent):  # a run folder, or RUN/checkpoints/step-N
+        if run.exists(RUN_CONFIG):
+            return ((run / RUN_CONFIG).url, run.read_text(RUN_CONFIG)), run.url
+    for location in (store, store.parent):
+        if location.exists(LOCATION_CONFIG):
+            return ((location / LOCATION_CONFIG).url, location.read_text(LOCATION_CONFIG)), None
+    raise UserError(f"{path} is neither a run folder nor a checkpoint location, nor a "
+                    f"checkpoint in one (no config.yaml or {LOCATION_CONFIG})")
