@@ -101,15 +101,12 @@ def test_unknown_suite_lists_the_suites():
 
 
 def test_default_suite_covers_every_family_with_valid_configs():
-    from zoo.app.compose import load_run_config
     from zoo.models.registry import FAMILIES
 
     entries = load_suite("default")
     assert {e.model.split("-")[0] for e in entries} == set(FAMILIES)
     for entry in entries:
-        family, _ = load_run_config(entry.model, entry.train_overrides())
-        family.preset("sharding", entry.sharding)
-        family.preset("remat", entry.remat)
+        entry.run()  # resolves its presets too
 
 
 def test_plan_70b_on_v4_8_does_not_fit():
@@ -128,8 +125,9 @@ def test_plan_8b_on_v5p_128_fits():
 
 def test_plan_counts_parameters_from_the_sharding_plan():
     from zoo.app.plan import make_plan
+    from zoo.app.run import resolve_run
 
-    plan = make_plan("llama-8b", "v5p-128", [], 0.5)
+    plan = make_plan(resolve_run("llama-8b", ["tpu=v5p-128"]), 0.5)
     # 8.03e9 fp32 parameters split over 64 fsdp shards
     assert plan.terms["parameters (fp32)"] == pytest.approx(8.03e9 * 4 / 64, rel=0.01)
     assert plan.terms["optimizer state (adamw)"] == 2 * plan.terms["parameters (fp32)"]

@@ -55,6 +55,56 @@ def test_two_processes_train_as_the_xla_backend(dtensor_run, xla_run):
     assert (dtensor_run / "checkpoints" / "step-00000006" / "manifest.json").exists()
 
 
+def test_either_backends_checkpoint_exports_the_same_weights(dtensor_run, xla_run, tmp_path):
+    """`zoo export` reads a dtensor run's checkpoint as it reads an xla run's: the two
+    Hugging Face folders hold the same tensors (trained to the same losses)."""
+    from safetensors.torch import load_file
+
+    exported = {}
+    for name, run in (("dtensor", dtensor_run), ("xla", xla_run)):
+        result = zoo("export", str(run), str(tmp_path / name))
+        assert result.returncode == 0, result.stderr[-3000:]
+        exported[name] = load_file(tmp_path / name / "model.safetensors")
+    assert exported["dtensor"].keys() == exported["xla"].keys()
+    for key, theirs in exported["xla"].items():
+        ours = exported["dtensor"][key]
+        assert ours.shape == theirs.shape
+        assert (ours - theirs).abs().max() <= 1e-4 * max(theirs.abs().max(), 1), key
+
+
+@pytest.mark.slow
+def test_a_dtensor_run_is_scored_by_zoo_eval(dtensor_run, xla_run, tmp_path):
+    scores = {}
+    for name, run in (("dtensor", dtensor_run), ("xla", xla_run)):
+        result = zoo("eval", str(run), "--tasks", "arc_easy_sample", "--limit", "8",
+                     "--out", str(tmp_path / name))
+        assert result.returncode == 0, result.stderr[-3000:]
+        record = json.loads((tmp_path / name / "eval_results.json").read_text())
+        scores[name] = record["results"]["arc_easy_sample"]["acc,none"]
+    assert scores["dtensor"] == scores["xla"]
+
+
+@pytest.mark.slow
+def test_a_new_family_from_the_template_trains_the_same_on_both_backends(
+        tmp_path_factory, without_torch_xla):
+    """`zoo new-model`'s family, untouched and outside the tree, on 2 dtensor processes
+    (torch_xla unimportable) and on the xla backend: the same losses, no edit elsewhere."""
+    folder = tmp_path_factory.mktemp("families")
+    made = zoo("new-model", "demo_net", "--dir", str(folder))
+    assert made.returncode == 0, made.stderr[-3000:]
+    family = {"ZOO_FAMILIES": "demo_net=demo_net.family"}
+    outs = {name: tmp_path_factory.mktemp(name) / "run" for name in ("dtensor", "xla")}
+    for name, backend, base in (("dtensor", DTENSOR, without_torch_xla),
+                                ("xla", ["--tpu", "cpu-2"], env())):
+        result = subprocess.run(
+            zoo_command("train", "demo_net-tiny", "--steps", "6", "log_every=1", *backend,
+                        "--out", str(outs[name])),
+            env={**base, **family, "PYTHONPATH": f"{base['PYTHONPATH']}{os.pathsep}{folder}"},
+            cwd=ROOT, capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, result.stderr[-3000:]
+    assert_same_losses(losses(outs["dtensor"]), losses(outs["xla"]), range(1, 7))
+
+
 @pytest.mark.slow
 def test_either_backend_resumes_the_others_checkpoint(dtensor_run, xla_run, tmp_path):
     """A run checkpointed by one backend goes on on the other, where the first left off."""

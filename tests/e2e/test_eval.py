@@ -79,8 +79,8 @@ def zoo_model(run):
     from zoo.app.saved_run import checkpoint_of, load_run
     from zoo.core.checkpoint import load_checkpoint
 
-    family, cfg, _ = load_run(run)
-    model = family.build(cfg.model, init=False)
+    resolved, _ = load_run(run)
+    model = resolved.family.build(resolved.config.model, init=False)
     model.load_state_dict(load_checkpoint(checkpoint_of(run)))
     return model.eval()
 

@@ -227,5 +227,5 @@ def test_a_copied_run_folder_reads_its_own_checkpoints(reference_run, tmp_path):
 
     copy = tmp_path / "copy"
     shutil.copytree(reference_run[0], copy)
-    assert load_run(copy)[2].local == copy
+    assert load_run(copy)[1].local == copy
     assert checkpoint_of(copy) == str(copy / "checkpoints" / "step-00000012")

@@ -21,7 +21,7 @@ import torch
 
 from tests.support.conformance_worker import mesh_for, preset_names
 from tests.support.xla_harness import assert_same_loss_and_grads, run_workers
-from zoo.app.compose import load_run_config
+from zoo.app.run import resolve_run
 from zoo.core import config as config_lib
 from zoo.core.mesh import resolve_axis_sizes
 from zoo.core.remat import RematConfig, apply_remat
@@ -144,7 +144,7 @@ def test_checkpoint_restores_exactly(worker_runs, name):
 
 def loss_on_example(name: str, forward) -> torch.Tensor:
     fam = family(name)
-    _, run = load_run_config(f"{name}-tiny", [])
+    run = resolve_run(f"{name}-tiny", []).config
     return forward(fam.task.example_batch(run, seed=0))
 
 
@@ -178,7 +178,7 @@ def test_analytic_flops_match_flop_counter(name):
     from torch.utils.flop_counter import FlopCounterMode
 
     fam = family(name)
-    _, run = load_run_config(f"{name}-tiny", [])
+    run = resolve_run(f"{name}-tiny", []).config
     model = fam.build(run.model, seed=0)
     batch = fam.task.example_batch(run, seed=0)
     with FlopCounterMode(display=False) as counter, torch.no_grad():

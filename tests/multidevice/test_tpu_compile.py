@@ -465,8 +465,10 @@ def test_json_record_holds_every_field_the_console_shows(default_records):
 
 TRACE_256 = """
 from zoo.app.plan_compile import trace_step_hlo
-_, topo, text, _, _ = trace_step_hlo("llama-tiny", "v6e-256", ["remat=none"])
-print(topo.devices, "devices=[256" in text)
+from zoo.app.run import resolve_run
+run = resolve_run("llama-tiny", ["tpu=v6e-256", "remat=none"])
+text, _, _ = trace_step_hlo(run)
+print(run.topology.devices, "devices=[256" in text)
 """
 
 

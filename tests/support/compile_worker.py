@@ -9,12 +9,13 @@ import sys
 from pathlib import Path
 
 from zoo.app.plan_compile import compile_plan
+from zoo.app.run import resolve_run
 
 
 def main(out: str, slice_type: str, cases: str) -> None:
     records = []
     for model, overrides in json.loads(cases):
-        record = compile_plan(model, slice_type, overrides).record()
+        record = compile_plan(resolve_run(model, [f"tpu={slice_type}", *overrides])).record()
         records.append({"case": [model, overrides], **record})
         print(model, overrides, "fits" if record["fits"] else "does NOT fit", flush=True)
     Path(out).write_text(json.dumps(records))

@@ -23,9 +23,13 @@ import torch  # noqa: E402
 import torch_xla.runtime as xr  # noqa: E402
 
 from tests.support.xla_harness import sharded_loss_and_grads  # noqa: E402
-from zoo.app.compose import build_engine, load_run_config  # noqa: E402
+from zoo.app.run import resolve_run  # noqa: E402
+from zoo.app.train import build_engine  # noqa: E402
 from zoo.core import config as config_lib  # noqa: E402
-from zoo.core.mesh import MeshConfig  # noqa: E402
+from zoo.core.mesh import (
+    LOGICAL_AXES,  # noqa: E402
+    MeshConfig,  # noqa: E402
+)
 from zoo.core.remat import RematConfig  # noqa: E402
 from zoo.core.sharding import ShardingRules  # noqa: E402
 from zoo.models.registry import family  # noqa: E402
@@ -38,14 +42,16 @@ def preset_names(fam) -> list[str]:
 def mesh_for(rules: ShardingRules, devices: int) -> MeshConfig:
     """fsdp over everything, or fsdp x 2 along the other axis (tensor, expert, sequence)
     the preset uses."""
-    specs = " ".join(str(rule.spec) for rule in (*rules.params, *rules.activations))
+    logical = set(LOGICAL_AXES.values())  # the batch's axes: every preset splits them
+    specs = " ".join(str(dim) for rule in (*rules.params, *rules.activations)
+                     for dim in rule.spec if dim not in logical)
     used = [axis for axis in ("tensor", "expert", "sequence") if axis in specs]
     return MeshConfig(**{used[0]: 2}) if used and devices > 1 else MeshConfig()
 
 
 def presets_forward_backward(name: str) -> dict:
     fam = family(name)
-    _, run = load_run_config(f"{name}-tiny", [])
+    run = resolve_run(f"{name}-tiny", []).config
     batch = fam.task.example_batch(run, seed=0)
     devices = xr.global_runtime_device_count()
     results = {}
@@ -86,11 +92,11 @@ def checkpoint_round_trip(name: str, run_dir: Path) -> dict:
         "data.source=synthetic",
         "log_every=1",
     ]
-    cfg, trainer = build_engine(f"{name}-tiny", overrides)
-    config_lib.write_resolved(cfg, run_dir)
+    run, trainer = build_engine(resolve_run(f"{name}-tiny", overrides))
+    config_lib.write_resolved(run.config, run_dir)
     summary = trainer.fit()
     saved = state_on_host(trainer)
-    _, resumed = build_engine(f"{name}-tiny", overrides)
+    _, resumed = build_engine(resolve_run(f"{name}-tiny", overrides))
     resumed.step = resumed._resume()
     return {"summary": summary, "saved": saved, "restored": state_on_host(resumed)}
 

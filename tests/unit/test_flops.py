@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from zoo.app.compose import load_run_config
+from zoo.app.run import resolve_run
 from zoo.models.llama.config import LlamaConfig
 from zoo.models.llama.family import FAMILY, forward_flops
 
@@ -26,7 +26,7 @@ CONFIGS = {
 
 
 def forward_flops_per_token(config: LlamaConfig, seq: int, causal: bool) -> float:
-    _, run = load_run_config("llama-tiny", [f"seq_len={seq}"])
+    run = resolve_run("llama-tiny", [f"seq_len={seq}"]).config
     run.model = config
     return forward_flops(run, causal=causal)
 

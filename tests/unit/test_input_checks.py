@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from zoo.app.compose import load_run_config
 from zoo.app.generate import check_positions, check_sampling
+from zoo.app.run import resolve_run
 from zoo.app.scaffold import check_not_shadowing
 from zoo.core.errors import UserError
 from zoo.core.optim import OptimConfig, ScheduleConfig
@@ -67,15 +67,15 @@ def test_model_sizes_must_be_positive():
 ])
 def test_mesh_axes_must_divide_what_they_split(model, overrides, message):
     with pytest.raises(UserError, match=re.escape(message)):
-        load_run_config(model, overrides)
+        resolve_run(model, overrides)
 
 
 def test_mesh_axes_that_divide_or_do_not_tile_pass_the_model_check():
-    load_run_config("mixtral-tiny", ["tpu=cpu-4", "mesh.expert=2", "mesh.tensor=2"])
-    load_run_config("mixtral-8x7b", ["tpu=v5p-128", "mesh.expert=8"])
+    resolve_run("mixtral-tiny", ["tpu=cpu-4", "mesh.expert=2", "mesh.tensor=2"])
+    resolve_run("mixtral-8x7b", ["tpu=v5p-128", "mesh.expert=8"])
     # a mesh that cannot tile the slice is left to the mesh's own message
     with pytest.raises(UserError, match="cannot fill 1 devices"):
-        load_run_config("llama-tiny", ["mesh.tensor=3"])
+        resolve_run("llama-tiny", ["mesh.tensor=3"])
 
 
 def test_generation_must_fit_the_positions():

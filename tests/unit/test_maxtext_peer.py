@@ -3,7 +3,6 @@ itself: tests/e2e/test_bench.py, slow)."""
 
 import pytest
 
-from zoo.app.compose import load_run_config
 from zoo.benchmarks import maxtext
 from zoo.benchmarks.suite import Entry, load_suite
 from zoo.core.errors import UserError
@@ -36,8 +35,7 @@ def test_entry_becomes_maxtext_keys_for_the_same_shapes_and_devices():
     entry = Entry(name="e", model="llama-tiny", tpu="cpu-4", remat="scan",
                   global_batch_size=8, seq_len=256, overrides=["model.num_hidden_layers=32"],
                   maxtext=["remat_policy=minimal"])
-    family, cfg = load_run_config(entry.model, entry.train_overrides())
-    args = maxtext.maxtext_args(entry, family.name, cfg, steps=10)
+    args = maxtext.maxtext_args(entry, entry.run(), steps=10)
     for key in ("base_emb_dim=256", "base_mlp_dim=768", "base_num_decoder_layers=32",
                 "base_num_query_heads=8", "base_num_kv_heads=4", "head_dim=32",
                 "vocab_size=4096", "max_target_length=256", "per_device_batch_size=2",

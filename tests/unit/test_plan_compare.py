@@ -5,8 +5,8 @@ CLI's one-line refusals (the compile itself: tests/e2e/test_plan_compare.py, slo
 import pytest
 from click.testing import CliRunner
 
-from zoo.app.compose import load_run_config
 from zoo.app.plan import make_plan
+from zoo.app.run import resolve_run
 from zoo.benchmarks.maxtext_keys import maxtext_keys, remat_keys
 from zoo.benchmarks.plan_compare import Comparison
 from zoo.benchmarks.plan_compare_table import describe, table_rows
@@ -26,8 +26,8 @@ GiB = 2**30
 
 
 def keys(model: str, slice_type: str, *overrides: str) -> list[str]:
-    family, cfg = load_run_config(model, [f"tpu={slice_type}", *overrides])
-    return maxtext_keys(family.name, cfg, parse(slice_type))
+    run = resolve_run(model, [f"tpu={slice_type}", *overrides])
+    return maxtext_keys(run.family.name, run.config, run.topology)
 
 
 def test_llama_8b_on_v5p_128_maps_shape_batch_mesh_remat_precision_and_attention():
@@ -180,7 +180,7 @@ def compiled(matmul_flops: float, collectives: dict) -> CompiledStep:
 
 @pytest.fixture(scope="module")
 def comparison():
-    analytic = make_plan("llama-tiny", "v5p-8", [], 0.5)
+    analytic = make_plan(resolve_run("llama-tiny", ["tpu=v5p-8"]), 0.5)
     sides = {"zoo": compiled(2e13, {"all-gather": {"count": 40, "bytes": 8 * GiB},
                                     "all-reduce": {"count": 2, "bytes": GiB}}),
              "maxtext": compiled(1e13, {"all-gather": {"count": 20, "bytes": 4 * GiB},

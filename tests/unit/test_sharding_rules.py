@@ -102,6 +102,15 @@ def test_malformed_rule_files(data, message):
     assert message in str(error.value)
 
 
+def test_logical_batch_axis_is_the_inputs_batch_axes():
+    from zoo.core.inputs import batch_spec
+
+    parsed = rules(FULL, {"layers.*": ["batch", None], "layers.*.up": ["batch_beside_experts"]})
+    assert parsed.activations[0].spec == (("data", "fsdp", "expert"), None)
+    assert parsed.activations[0].spec[0] == batch_spec((8, 16), MESH)[0]
+    assert parsed.activations[1].spec == (("data", "fsdp"),)
+
+
 def test_format_plan_lists_every_parameter_and_the_total():
     text = format_plan(plan_params(ToyModel(), rules(FULL), MESH))
     assert "layers.0.up.weight" in text and "[tensor, fsdp]" in text and "64x16" in text

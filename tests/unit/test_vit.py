@@ -10,9 +10,9 @@ from zoo.tasks.images import ImageBatches, ImageDataConfig, load_splits
 
 def test_flops_count_patch_embedding_layers_and_classifier():
     """ViT-B/16 at 224 px: ~17.6 GFLOPs forward per image (the commonly quoted figure)."""
-    from zoo.app.compose import load_run_config
+    from zoo.app.run import resolve_run
 
-    _, run = load_run_config("vit-b16", ["data.source=synthetic"])
+    run = resolve_run("vit-b16", ["data.source=synthetic"]).config
     assert forward_flops(run) == pytest.approx(2 * 17.56e9, rel=0.02)  # 2 FLOPs per MAC
     assert forward_flops(run, causal=False) == forward_flops(run)
 

@@ -24,7 +24,8 @@ def load_for_generation(path: str | Path, prompt: str = "", max_new_tokens: int 
     from zoo.core.checkpoint import load_checkpoint
     from zoo.core.data import load_tokenizer
 
-    family, cfg, _ = load_run(path)
+    run, _ = load_run(path)
+    family, cfg = run.family, run.config
     if not family.task.generates_text:
         raise UserError(f"{path} is a {cfg.model_name} run ({family.task.name}); zoo generate "
                         "continues prompts with causal language models only")

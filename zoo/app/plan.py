@@ -8,13 +8,11 @@ import dataclasses
 import math
 import re
 
-from zoo.app.compose import load_run_config
-from zoo.core import config as config_lib
+from zoo.app.run import Run
 from zoo.core import runtime, topology
 from zoo.core.errors import UserError
 from zoo.core.flops import train_flops
 from zoo.core.inputs import batch_devices, host_batch_size
-from zoo.core.mesh import resolve_axis_sizes
 from zoo.core.tpu_compile import FIT_ADVICE
 
 OPTIMIZER_STATES = {"adamw": 2, "sgd": 1}  # fp32 tensors per parameter
@@ -63,22 +61,17 @@ class Plan:
         }
 
 
-def make_plan(model_name: str, slice_type: str, overrides: list[str], target_mfu: float,
-              config_files=()) -> Plan:
-    family, cfg = load_run_config(model_name, [f"tpu={slice_type}", *overrides], config_files)
+def make_plan(run: Run, target_mfu: float) -> Plan:
+    """The run's per-device memory and step time at `target_mfu` on its topology."""
     import torch  # after the config: a bad key fails without loading torch
 
-    from zoo.core.remat import RematConfig
-    from zoo.core.sharding import ShardingRules, plan_params
+    from zoo.core.sharding import plan_params
 
-    topo = topology.parse(cfg.tpu)
+    family, cfg, topo, mesh, remat = run.family, run.config, run.topology, run.mesh, run.remat
     host_batch_size(cfg.global_batch_size, topo.hosts)  # what `zoo train` requires too
-    mesh = resolve_axis_sizes(cfg.mesh, topo.devices)
-    rules = ShardingRules.from_yaml(family.preset("sharding", cfg.sharding))
-    remat = config_lib.load(RematConfig, files=[family.preset("remat", cfg.remat)])
     with torch.device("meta"):
         model = family.build(cfg.model, init=False)
-    params = plan_params(model, rules, mesh)
+    params = plan_params(model, run.rules, mesh)
     param_bytes = sum(p.shard_bytes for p in params)
     states = OPTIMIZER_STATES.get(cfg.optim.name, 2)
     micro_batch = cfg.global_batch_size // cfg.grad_accum
@@ -105,7 +98,7 @@ def make_plan(model_name: str, slice_type: str, overrides: list[str], target_mfu
     slices = cfg.mesh.dcn.get("data", 1)  # FSDP across slices adds per-layer gathers (warned)
     gradient_shard = param_bytes / 4 * (2 if bf16 else 4)  # reduced in the compute dtype
     return Plan(
-        model_name,
+        run.model_name,
         topo,
         mesh,
         terms,
@@ -133,11 +126,11 @@ _LAYER_ZERO = re.compile(r"\.0\.")  # a parameter of the first layer of a stack
 _ANY_LAYER = re.compile(r"\.\d+\.")
 
 
-def check_fits(model_name: str, slice_type: str, overrides: list[str], config_files=()) -> None:
+def check_fits(run: Run) -> None:
     """Before a run builds anything: refuse one whose plan does not fit, with the numbers.
     TPU: the plan per chip against HBM. CPU: every virtual device's share against the host
     memory available now (the devices share it)."""
-    plan = make_plan(model_name, slice_type, overrides, 0.5, config_files)
+    plan, model_name = make_plan(run, 0.5), run.model_name
     gib = 2**30
     if plan.topology.is_tpu:
         if not plan.fits:

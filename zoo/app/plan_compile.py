@@ -12,14 +12,12 @@ import os
 import sys
 import time
 
-from zoo.app.compose import load_run_config
 from zoo.app.plan import Plan, describe, make_plan
-from zoo.core import config as config_lib
+from zoo.app.run import Run
 from zoo.core import runtime, topology
 from zoo.core.errors import UserError
 from zoo.core.step_model import project
 from zoo.core.tpu_compile import FIT_ADVICE, CompiledStep, OutOfMemory
-from zoo.models.registry import resolve
 
 
 def use_virtual_devices(topo: topology.Topology) -> None:
@@ -38,23 +36,21 @@ def use_virtual_devices(topo: topology.Topology) -> None:
     runtime.configure()
 
 
-def trace_step_hlo(model_name: str, slice_type: str, overrides: list[str]) -> tuple:
-    """(run config, topology, HLO text of the sharded train step, attention it computes,
-    bytes of its inputs that are not planned placeholders)."""
-    family, cfg = load_run_config(model_name, [f"tpu={slice_type}", *overrides])
-    topo = topology.parse(cfg.tpu)
-    use_virtual_devices(topo)
-    cfg = dataclasses.replace(cfg, model=family.model_for(cfg.model, topo, cfg.mesh))
+def trace_step_hlo(run: Run) -> tuple[str, str, int]:
+    """(HLO text of the run's sharded train step, attention it computes, bytes of its
+    inputs that are not planned placeholders), traced for the run's topology."""
+    use_virtual_devices(run.topology)
     from zoo.core.backends.xla.pallas_tpu import pallas_lowering_for_tpu
     from zoo.core.tpu_compile import tpu_devices
 
-    with pallas_lowering_for_tpu(tpu_devices(topo)[0].client.platform_version):
-        return _trace(family, cfg, topo)
+    with pallas_lowering_for_tpu(tpu_devices(run.topology)[0].client.platform_version):
+        return _trace(run)
 
 
-def _trace(family, cfg, topo) -> tuple:
+def _trace(run: Run) -> tuple[str, str, int]:
     import torch
 
+    from zoo.core import backends
     from zoo.core.backends.xla.runtime import start
     from zoo.core.backends.xla.spmd import build_mesh, shard_activations
     from zoo.core.backends.xla.trace import (
@@ -68,36 +64,36 @@ def _trace(family, cfg, topo) -> tuple:
         state_tensors,
         tensor_ids,
     )
-    from zoo.core.engine import Engine
     from zoo.core.inputs import batch_spec
     from zoo.core.mesh import axis_sizes
-    from zoo.core.optim import build_optimizer, build_schedule
-    from zoo.core.remat import RematConfig, apply_remat
-    from zoo.core.sharding import ShardingRules, plan_params
+    from zoo.core.remat import apply_remat
+    from zoo.core.sharding import plan_params
+    from zoo.core.step import TrainStep
 
-    rules = ShardingRules.from_yaml(family.preset("sharding", cfg.sharding))
-    remat = config_lib.load(RematConfig, files=[family.preset("remat", cfg.remat)])
+    family, rules, topo = run.family, run.rules, run.topology
+    cfg = run.built_config
     start()
     mesh = build_mesh(cfg.mesh)
     with torch.device("meta"):
         model = family.build(cfg.model, init=False)
-    apply_remat(model, remat)
+    apply_remat(model, run.remat)
     plan = plan_params(model, rules, axis_sizes(mesh))
     holders = Placeholders()
     placeholder_model(model, {p.name: p.spec for p in plan}, holders)
     shard_activations(model, rules, mesh)
-    optimizer = build_optimizer(cfg.optim, model.parameters())
-    scheduler = build_schedule(cfg.schedule, optimizer, cfg.steps)
-    placeholder_optimizer_state(optimizer, holders)
-    engine = Engine.for_tracing(cfg, model, family.task, plan, mesh, optimizer, scheduler)
+    # compile-only devices cannot run gradient_accumulation's input syncs: unrolled here
+    step = TrainStep.around(model, cfg, family.task, backends.get("xla"), cfg.runs_in_bf16(topo),
+                            fill_state=lambda optimizer: placeholder_optimizer_state(optimizer,
+                                                                                     holders),
+                            accumulate_in_loop=False)
     batch = placeholder_batch(family.task.example_batch(cfg),
                               functools.partial(batch_spec, mesh_axes=axis_sizes(mesh)), holders)
-    updated = state_tensors(model, optimizer)
+    updated = state_tensors(model, step.optimizer)
     sources = tensor_ids(updated)
     # the backward runs on the calling thread: torch's autograd engine keeps one queue per
     # device, counted in 8 bits, and fails (INTERNAL ASSERT) past 127 virtual devices
     with follow_hoisted_placeholders(holders), torch.autograd.set_multithreading_enabled(False):
-        metrics = engine.train_step(batch)
+        metrics = step(batch)
     outputs = [v for v in metrics.values() if isinstance(v, torch.Tensor)]
     cache: dict = {}
 
@@ -107,7 +103,7 @@ def _trace(family, cfg, topo) -> tuple:
         return cache[spec]
 
     text, unplanned = sharded_hlo_text(outputs, updated, sources, holders, sharding)
-    return cfg, topo, text, attention_kind(model), unplanned
+    return text, attention_kind(model), unplanned
 
 
 def attention_kind(model) -> str:
@@ -272,20 +268,18 @@ class CompiledPlan:
         }
 
 
-def compile_plan(model_name: str, slice_type: str, overrides: list[str],
-                 target_mfu: float = 0.5) -> CompiledPlan:
-    """Trace `zoo train`'s step for the slice and compile it with libtpu."""
-    from zoo.core.remat import RematConfig
+def compile_plan(run: Run, target_mfu: float = 0.5) -> CompiledPlan:
+    """Trace `zoo train`'s step for the run's slice and compile it with libtpu."""
     from zoo.core.tpu_compile import compile_hlo, compile_target
 
-    analytic = make_plan(model_name, slice_type, overrides, target_mfu)
-    compile_target(analytic.topology)  # a slice the compiler cannot target fails first
+    analytic = make_plan(run, target_mfu)
+    topo = run.topology
+    compile_target(topo)  # a slice the compiler cannot target fails first
     start = time.perf_counter()
-    cfg, topo, text, attention, unplanned = trace_step_hlo(model_name, slice_type, overrides)
+    text, attention, unplanned = trace_step_hlo(run)
     traced = time.perf_counter() - start
-    family, _ = resolve(model_name)
-    remat = config_lib.load(RematConfig, files=[family.preset("remat", cfg.remat)])
-    executed = executed_flops_per_step(family, cfg, remat, attention == "flash")
+    cfg = run.built_config
+    executed = executed_flops_per_step(run.family, cfg, run.remat, attention == "flash")
     return CompiledPlan(analytic, compile_hlo(text, topo), attention, executed / topo.chips,
                         traced, compile_target(topo), unplanned)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from zoo.app.run import Run, resolve_run
 from zoo.core.checkpoint import complete_steps
 from zoo.core.config import parse_yaml
 from zoo.core.errors import UserError
@@ -15,11 +16,9 @@ from zoo.core.run_home import RunHome
 from zoo.core.store import Store, answered, reason
 
 
-def load_run(path: str | Path):
-    """(family, resolved run config, RunHome) for a run folder (a path or a URL), a
-    checkpoint location holding `run-config.yaml`, or a checkpoint folder in either."""
-    from zoo.app.compose import load_run_config
-
+def load_run(path: str | Path) -> tuple[Run, RunHome]:
+    """(the run, its RunHome) for a run folder (a path or a URL), a checkpoint location
+    holding `run-config.yaml`, or a checkpoint folder in either."""
     try:
         saved, run_dir = answered(lambda: _saved_config(str(path)))
     except UserError:
@@ -29,10 +28,10 @@ def load_run(path: str | Path):
     model_name = parse_yaml(saved[1], saved[0]).get("model_name")
     if not isinstance(model_name, str):
         raise UserError(f"{saved[0]} names no model (model_name); it is not a zoo run config")
-    family, cfg = load_run_config(model_name, [], [saved])
+    run = resolve_run(model_name, [], [saved])
     if run_dir:  # the folder given, not the `out` saved in it: a copied run reads its own
-        cfg = dataclasses.replace(cfg, out=run_dir)
-    return family, cfg, RunHome(cfg.out)
+        run = run.with_config(dataclasses.replace(run.config, out=run_dir))
+    return run, RunHome(run.config.out)
 
 
 def checkpoint_of(path: str | Path) -> str:
@@ -41,7 +40,7 @@ def checkpoint_of(path: str | Path) -> str:
     path = str(path)
     if step_of(Store(path).name) is not None:
         return path
-    _, cfg, _ = load_run(path)
+    cfg = load_run(path)[0].config
     for location in (Store(path), Store(cfg.checkpoint_location)):
         steps = complete_steps(location)
         if steps:

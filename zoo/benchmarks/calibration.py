@@ -26,13 +26,10 @@ METHOD = (
 
 def peak_dtype(entry: Entry) -> str | None:
     """The dtype of the CPU peak an entry's MFU divides by; None on a TPU (catalog peak)."""
-    from zoo.app.compose import load_run_config
-
     topo = topology.parse(entry.tpu)
     if topo.is_tpu:
         return None
-    _, config = load_run_config(entry.model, entry.train_overrides())
-    return "bfloat16" if config.runs_in_bf16(topo) else "float32"
+    return "bfloat16" if entry.run().config.runs_in_bf16(topo) else "float32"
 
 
 class RunPeaks:

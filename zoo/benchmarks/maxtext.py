@@ -18,7 +18,6 @@ from pathlib import Path
 
 from zoo.benchmarks.maxtext_keys import maxtext_keys
 from zoo.benchmarks.suite import Entry
-from zoo.core import topology
 from zoo.core.errors import UserError
 
 ENV_SCRIPT = Path(__file__).resolve().parent / "maxtext_env.sh"
@@ -29,11 +28,9 @@ COMPILE_LINE = re.compile(r"Finished XLA compilation of jit\(train_step\) in ([0
 
 def unsupported(entry: Entry) -> str | None:
     """Why MaxText cannot run this entry's settings, or None when it can."""
-    from zoo.app.compose import load_run_config
-
-    family, cfg = load_run_config(entry.model, entry.train_overrides())
+    run = entry.run()
     try:
-        maxtext_keys(family.name, cfg, topology.parse(cfg.tpu))
+        maxtext_keys(run.family.name, run.config, run.topology)
     except UserError as error:
         return str(error)
     return None
@@ -62,10 +59,10 @@ def base_yml(interpreter: str) -> Path:
     return found
 
 
-def maxtext_args(entry: Entry, family_name: str, cfg, steps: int) -> list[str]:
+def maxtext_args(entry: Entry, run, steps: int) -> list[str]:
     """MaxText config keys for the zoo entry's run (zoo/benchmarks/maxtext_keys.py) and for a
     timed run of it; the entry's own MaxText keys come last and win."""
-    topo = topology.parse(cfg.tpu)
+    topo = run.topology
     return [
         "run_name=zoo-bench",
         "hardware=tpu" if topo.is_tpu else "hardware=cpu",
@@ -75,7 +72,7 @@ def maxtext_args(entry: Entry, family_name: str, cfg, steps: int) -> list[str]:
         "jax_cache_dir=",  # every run compiles: compile time is measured, not cached
         "log_config=false",
         "skip_jax_distributed_system=true",
-        *maxtext_keys(family_name, cfg, topo),
+        *maxtext_keys(run.family.name, run.config, topo),
         f"steps={WARMUP_STEPS + steps}",
         *entry.maxtext,
     ]
@@ -110,15 +107,14 @@ def measure(entry: Entry, steps: int) -> dict:
     JAX step is not traced per step)."""
     import torch
 
-    from zoo.app.compose import load_run_config
     from zoo.core.flops import train_flops
 
-    family, cfg = load_run_config(entry.model, entry.train_overrides())
-    topo = topology.parse(cfg.tpu)
+    run = entry.run()
+    family, cfg, topo = run.family, run.config, run.topology
     devices, bf16 = topo.devices, cfg.runs_in_bf16(topo)
     with torch.device("meta"):
         parameters = sum(p.numel() for p in family.build(cfg.model, init=False).parameters())
-    args = maxtext_args(entry, family.name, cfg, steps)  # unmappable keys fail first
+    args = maxtext_args(entry, run, steps)  # unmappable keys fail first
     interpreter = python()
     env = {**os.environ, "JAX_LOG_COMPILES": "1"}
     if not topo.is_tpu:

@@ -16,8 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from zoo.app.compose import load_run_config
 from zoo.app.plan import Plan, make_plan
+from zoo.app.run import Run
 from zoo.benchmarks import maxtext
 from zoo.benchmarks.maxtext_keys import maxtext_keys
 from zoo.core.errors import UserError
@@ -93,19 +93,17 @@ class Comparison:
         }
 
 
-def compare(model_name: str, slice_type: str, overrides: list[str],
-            target_mfu: float = 0.5) -> Comparison:
+def compare(run: Run, target_mfu: float = 0.5) -> Comparison:
     """Trace zoo's step, compile it and MaxText's with MaxText's libtpu, count both."""
     from zoo.app.plan_compile import trace_step_hlo
 
-    analytic = make_plan(model_name, slice_type, overrides, target_mfu)
-    topo = analytic.topology
+    analytic = make_plan(run, target_mfu)
+    topo = run.topology
     compile_target(topo)  # a slice the compiler cannot target fails first
-    family, cfg = load_run_config(model_name, [f"tpu={slice_type}", *overrides])
-    keys = maxtext_keys(family.name, cfg, topo)  # so does a setting MaxText cannot take
+    keys = maxtext_keys(run.family.name, run.config, topo)  # so does a setting MaxText can't take
     interpreter = maxtext.python()
     start = time.perf_counter()
-    _, _, text, attention, _ = trace_step_hlo(model_name, slice_type, overrides)
+    text, attention, _ = trace_step_hlo(run)
     traced = time.perf_counter() - start
     with tempfile.TemporaryDirectory() as out:
         args = [str(maxtext.base_yml(interpreter)), "run_name=zoo-plan",

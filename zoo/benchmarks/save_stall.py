@@ -49,12 +49,14 @@ def timed_window(engine, loader, steps: int, checkpointer, step: int) -> tuple[f
 @click.option("--out", required=True, help="Results path without extension.")
 @click.argument("overrides", nargs=-1)
 def main(repeats: int, window: int, model: str, out: str, overrides: tuple[str, ...]) -> None:
-    from zoo.app.compose import build_engine
+    from zoo.app.run import resolve_run
+    from zoo.app.train import build_engine
     from zoo.core.backends.xla.spmd import device_loader
     from zoo.core.checkpoint import Checkpointer
 
     with tempfile.TemporaryDirectory() as scratch:
-        cfg, engine = build_engine(model, ["tpu=cpu-1", *overrides, f"out={scratch}/run"])
+        run, engine = build_engine(resolve_run(model, ["tpu=cpu-1", *overrides,
+                                                       f"out={scratch}/run"]))
         loader = device_loader(engine.host_batches(0), engine.mesh, engine.data.batch(0))
         savers = {"none": None,
                   "sync": Checkpointer(f"{scratch}/sync", keep=1),
@@ -77,8 +79,8 @@ def main(repeats: int, window: int, model: str, out: str, overrides: tuple[str, 
     saving = ("sync", "async")
     record = {
         "model": model, "overrides": list(overrides),
-        "config": {"tpu": cfg.tpu, "global_batch_size": cfg.global_batch_size,
-                   "seq_len": cfg.seq_len},
+        "config": {"tpu": run.config.tpu, "global_batch_size": run.config.global_batch_size,
+                   "seq_len": run.config.seq_len},
         "checkpoint_bytes": size, "window_steps": window, "repeats": repeats,
         "step_time_s": step_time, "window_s": times, "blocked_in_save_s": blocked,
         "blocked_s": {mode: statistics.median(blocked[mode]) for mode in saving},

@@ -37,6 +37,12 @@ class Entry:
             *self.overrides,
         ]
 
+    def run(self, *extra: str):
+        """The entry's run, resolved (zoo/app/run.py), with `extra` overrides."""
+        from zoo.app.run import resolve_run
+
+        return resolve_run(self.model, [*self.train_overrides(), *extra])
+
 
 def load_suite(name_or_path: str) -> list[Entry]:
     path = Path(name_or_path)

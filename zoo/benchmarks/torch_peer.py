@@ -26,11 +26,12 @@ WARMUP_STEPS = 3  # compile, then the optimizer's first steps
 @click.option("--steps", default=30, show_default=True)
 @click.option("--compile/--no-compile", "compiled", default=True, show_default=True)
 def main(model_name, overrides, steps, compiled):
-    from zoo.app.compose import load_run_config
+    from zoo.app.run import resolve_run
     from zoo.benchmarks.peers import hf_llama
     from zoo.core.flops import train_flops
 
-    family, cfg = load_run_config(model_name, list(overrides))
+    run = resolve_run(model_name, list(overrides))
+    family, cfg = run.family, run.config
     if family.name != "llama":
         raise click.UsageError(f"the torch peer is transformers' Llama; {model_name} is not one")
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -13,7 +13,7 @@ import sys
 import tempfile
 import time
 
-from zoo.app.compose import build_engine
+from zoo.app.train import build_engine
 from zoo.benchmarks.peers import PEERS
 from zoo.benchmarks.suite import Entry
 
@@ -21,12 +21,10 @@ from zoo.benchmarks.suite import Entry
 def measure(entry: Entry, steps: int, peer: str | None, profile_dir: str | None) -> dict:
     with tempfile.TemporaryDirectory() as scratch:
         if peer == "dtensor":  # zoo's model on the other backend, one process per device
-            cfg, engine = build_engine(entry.model, [*entry.train_overrides(), f"out={scratch}"],
-                                       backend="dtensor")
+            _, engine = build_engine(entry.run(f"out={scratch}"), backend="dtensor")
             return _time_eager_steps(engine, steps)
-        cfg, engine = build_engine(
-            entry.model,
-            [*entry.train_overrides(), f"out={scratch}"],
+        _, engine = build_engine(
+            entry.run(f"out={scratch}"),
             build_model=PEERS[peer][entry.model.split("-")[0]] if peer else None,
         )
         return _time_steps(engine, steps, profile_dir)

@@ -1,15 +1,12 @@
-"""The one SPMD training loop: a model, a task (zoo/core/task.py: data, loss, items), sharding
-rules and a remat policy, composed. No subclass per task; every task-specific step is a call
-on the task object, documented there.
-
-The step is traced once and replayed: no `.item()`, no host transfers inside it; metrics are
-read in a step closure after the graph ran.
-"""
+"""The one training loop: a model, a task (zoo/core/task.py: data, loss, items), sharding
+rules and a remat policy, composed on a backend. The loop drives the train step
+(zoo/core/step.py) and does the I/O around it: data, logging, checkpoints, resumption,
+SIGTERM. No subclass per task; every task-specific hook is a call on the task object,
+documented there."""
 
 from __future__ import annotations
 
 import collections
-import contextlib
 import dataclasses
 import functools
 import math
@@ -24,26 +21,14 @@ from zoo.core.checkpoint import Checkpointer
 from zoo.core.flops import train_flops
 from zoo.core.mesh import MeshConfig
 from zoo.core.metrics import MetricsLogger, WandbConfig
-from zoo.core.nan_guard import (
-    NAN_POLICIES,
-    NonFiniteStep,
-    describe_non_finite,
-    undone_unless,
-    updated_tensors,
-    weights_finite,
-)
-from zoo.core.optim import (
-    OptimConfig,
-    ScheduleConfig,
-    build_optimizer,
-    build_schedule,
-    create_state,
-)
+from zoo.core.nan_guard import NAN_POLICIES, NonFiniteStep, describe_non_finite, weights_finite
+from zoo.core.optim import OptimConfig, ScheduleConfig
 from zoo.core.profile import ProfileConfig
 from zoo.core.remat import RematConfig, apply_remat
 from zoo.core.run_folder import CHECKPOINTS
 from zoo.core.run_home import RunHome
 from zoo.core.sharding import ShardingRules
+from zoo.core.step import TrainStep
 from zoo.core.task import Task
 
 WARMUP_STEPS = 2  # step 1 compiles the step (step 2 too for optimizers with lazy state)
@@ -139,11 +124,11 @@ class Engine:
         self.bf16 = config.runs_in_bf16(self.topology)
         self.backend.check_remat(remat)
         apply_remat(model, remat)
-        self.model, self.plan, self.mesh, self.mesh_sizes = self.backend.prepare(
+        model, self.plan, self.mesh, self.mesh_sizes = self.backend.prepare(
             model, rules, config.mesh, self.bf16)
-        self.optimizer = build_optimizer(config.optim, self.model.parameters())
-        create_state(self.optimizer)  # before the first trace: the step compiles once
-        self.scheduler = build_schedule(config.schedule, self.optimizer, config.steps)
+        self.train_step = TrainStep.around(model, config, task, self.backend, self.bf16)
+        self.model, self.optimizer = model, self.train_step.optimizer
+        self.scheduler = self.train_step.scheduler
         self.checkpointer = Checkpointer(config.checkpoint_location,
                                          keep=config.keep_checkpoints,
                                          consolidate=config.consolidate_checkpoints,
@@ -154,24 +139,7 @@ class Engine:
                               self.backend.process_count())
         self.step = 0
         self.side_compiles = 0
-        self._aux_keys = None
-        self.accumulate_in_loop = self.backend.accumulates_in_loop
         self._stop_requested = False
-
-    @classmethod
-    def for_tracing(cls, config: TrainConfig, model, task: Task, plan, mesh, optimizer,
-                    scheduler) -> Engine:
-        """An engine without data or checkpoints around a ready (sharded) model and
-        optimizer: enough to trace `train_step` ahead of time (`zoo plan --compile`)."""
-        engine = cls.__new__(cls)
-        engine.config, engine.model, engine.plan, engine.mesh = config, model, plan, mesh
-        engine.task, engine.backend = task, backends.get("xla")
-        engine.optimizer, engine.scheduler = optimizer, scheduler
-        # Compile-only devices cannot run gradient_accumulation's input syncs: unroll there.
-        engine.accumulate_in_loop = False
-        engine.topology = topology.parse(config.tpu)
-        engine.bf16 = config.runs_in_bf16(engine.topology)
-        return engine
 
     @property
     def unit(self) -> str:
@@ -182,65 +150,6 @@ class Engine:
 
     def flops_per_step(self) -> float:
         return train_flops(self.forward_flops_per_item) * self.items_per_step()
-
-    def train_step(self, batch: dict) -> dict:
-        accum = self.config.grad_accum
-        if accum > 1 and self.accumulate_in_loop:
-            total, aux_sum = self._accumulate(batch, accum)
-        else:
-            total, aux_sum = 0.0, {}
-            for micro in _micro_batches(batch, accum):
-                with self.autocast():
-                    loss, aux = self.backend.run(self.task.loss, self.model, micro)
-                loss = self.backend.share_of_mean(loss, self.task, micro)
-                (loss / accum).backward()
-                total = total + loss.detach() / accum
-                for key, value in aux.items():
-                    aux_sum[key] = aux_sum.get(key, 0.0) + value.detach() / accum
-        params = [p for p in self.model.parameters() if p.grad is not None]
-        clip = self.config.optim.grad_clip or float("inf")
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, clip)
-        with self._update_guard(total, grad_norm):
-            extra = self.optimizer.step()  # custom optimizers may return a dict of metrics
-        self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        return {
-            "loss": total,
-            "grad_norm": grad_norm,
-            **aux_sum,
-            **(extra if isinstance(extra, dict) else {}),
-        }
-
-    def _update_guard(self, loss: torch.Tensor, grad_norm: torch.Tensor):
-        """nan_policy=skip: the optimizer step is undone, in the graph, when the loss or the
-        gradient norm is not finite. (stop is checked on the host: nothing in the graph.)"""
-        if self.config.nan_policy != "skip":
-            return contextlib.nullcontext()
-        finite = torch.isfinite(loss) & torch.isfinite(grad_norm)
-        return undone_unless(finite, updated_tensors(self.model, self.optimizer))
-
-    def _accumulate(self, batch: dict, accum: int) -> tuple:
-        """Mean loss and metrics over `accum` micro-batches, gradients summed into `.grad`,
-        in one XLA while loop (torch_xla's gradient_accumulation): the graph and its
-        compile time stay those of one micro-batch whatever `grad_accum` is."""
-        keys = sorted(batch)
-        micro = [_micro_batch_axis(batch[k], accum) for k in keys]
-        if self._aux_keys is None:  # traced lazily once, never run: which metrics the task logs
-            with torch.no_grad():
-                first = {k: m[0] for k, m in zip(keys, micro)}
-                self._aux_keys = sorted(self.task.loss(self.model, first)[1])
-
-        def one_micro_batch(*tensors):
-            inputs, aux_sums = tensors[:len(keys)], tensors[len(keys):]
-            with self.autocast():
-                loss, aux = self.task.loss(self.model, dict(zip(keys, inputs)))
-            sums = [s + aux[k].detach().float() / accum for s, k in zip(aux_sums, self._aux_keys)]
-            return (loss, *sums) if sums else loss  # torch_xla's convention without carries
-
-        zeros = [torch.zeros((), device=batch[keys[0]].device) for _ in self._aux_keys]
-        result = self.backend.gradient_accumulation(one_micro_batch, micro, self.model, *zeros)
-        loss, *sums = result if zeros else (result,)
-        return loss, dict(zip(self._aux_keys, sums))
 
     # ---- the loop ----------------------------------------------------------------------
     def fit(self) -> dict:
@@ -357,9 +266,8 @@ class Engine:
         return self.backend.compile_stats()[0]
 
     def autocast(self):
-        """The run's precision for the step and any evaluation pass: bf16 runs compute
-        with bf16 copies of the fp32 weights (zoo/core/precision.py)."""
-        return self.backend.autocast(self.model, self.bf16)
+        """The run's precision, for the tasks' evaluation passes as for the step."""
+        return self.train_step.autocast()
 
     def _peak_flops(self) -> tuple[float, str]:
         """Peak FLOP/s of the whole runtime, and how it was obtained."""
@@ -390,27 +298,12 @@ def _check_location(key: str, url: str) -> None:
                          "gs://bucket/path") from None
 
 
-def _micro_batch_axis(tensor: torch.Tensor, accum: int) -> torch.Tensor:
-    """[rows, ...] -> [accum, rows / accum, ...]: micro-batch i takes rows i, i + accum, ...
-    (strided), so each keeps every device's share of the batch."""
-    return tensor.view(tensor.shape[0] // accum, accum, *tensor.shape[1:]).transpose(0, 1)
-
-
 def _over_slices(dcn: dict[str, int]) -> str:
     """`, 2 slices (data across them over DCN)` for a multi-slice mesh; '' for one slice."""
     slices = math.prod(dcn.values())
     if slices == 1:
         return ""
     return f", {slices} slices ({', '.join(f'{a} x{n}' for a, n in dcn.items())} over DCN)"
-
-
-def _micro_batches(batch: dict, accum: int):
-    """The same strided micro-batches one after another, unrolled into the step graph."""
-    if accum == 1:
-        yield batch  # the usual step: no view ops in its graph
-        return
-    for i in range(accum):
-        yield {k: _micro_batch_axis(v, accum)[i] for k, v in batch.items()}
 
 
 class _StepTracker:
@@ -496,8 +389,6 @@ class _StepTracker:
             "compiles": self.history[-1]["compiles"],
             "compile_s": self.step_compile_seconds,
         }
-
-
 
 
 def _what_changed(before, after) -> str:

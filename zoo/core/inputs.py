@@ -7,10 +7,8 @@ from __future__ import annotations
 import math
 
 from zoo.core.errors import UserError
+from zoo.core.mesh import BATCH_AXES
 
-# The expert axis splits the batch too: outside a mixture of experts it is data parallel,
-# and inside one the partitioner moves tokens between it and the experts (all-to-all).
-BATCH_AXES = ("data", "fsdp", "expert")
 SEQUENCE_AXIS = "sequence"  # splits a [batch, sequence] input's sequence (context parallel)
 
 

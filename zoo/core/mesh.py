@@ -12,6 +12,15 @@ import math
 from zoo.core.errors import UserError
 
 AXES = ("data", "fsdp", "sequence", "expert", "tensor")
+# The axes a batch is split over. The expert axis splits it too: outside a mixture of
+# experts it is data parallel, and inside one the partitioner moves tokens between it and
+# the experts (all-to-all).
+BATCH_AXES = ("data", "fsdp", "expert")
+# Logical axes: roles a sharding preset names instead of the mesh axes that play them,
+# defined here once (as MaxText's logical axis rules). `batch`: an activation's batch dim,
+# split as the inputs' is (zoo/core/inputs.py); `batch_beside_experts`: the tokens' batch
+# inside a mixture of experts, where `expert` splits the experts dim instead.
+LOGICAL_AXES = {"batch": BATCH_AXES, "batch_beside_experts": ("data", "fsdp")}
 
 
 class MeshError(UserError):

@@ -6,12 +6,13 @@ A rules file (YAML) has two sections, each an ordered map of pattern -> spec:
       embed.weight: [fsdp, null]
       layers.*.mlp.up.weight: [tensor, fsdp]
     activations:                  # module names; the spec applies to the module's output
-      layers.*: [[data, fsdp], null, null]
+      layers.*: [batch, null, null]
 
 In a pattern `*` matches one dotted name component and `**` any run of them; the first rule
 that matches a name wins. A leading `?` marks a rule that may match nothing (e.g. an LM head
 that tied-embedding sizes lack). A spec lists, per tensor dimension, null (replicated), a mesh axis,
-or a list of mesh axes. Matching is strict both ways: a parameter that no rule covers and a
+a list of mesh axes, or a logical axis (`batch`: the axes the inputs' batch is split over,
+zoo/core/mesh.py LOGICAL_AXES). Matching is strict both ways: a parameter that no rule covers and a
 rule that matches nothing (including one shadowed by an earlier rule) are errors naming them.
 """
 
@@ -25,6 +26,7 @@ from pathlib import Path
 import yaml
 
 from zoo.core.errors import UserError
+from zoo.core.mesh import LOGICAL_AXES
 from zoo.core.remat import STACKED
 
 Spec = tuple  # per-dimension: None | axis name | tuple of axis names
@@ -92,13 +94,15 @@ def _parse_section(section, where: str) -> tuple[Rule, ...]:
 
 
 def _parse_dim(dim, pattern, where):
+    """null, a mesh axis, a list of mesh axes, or a logical axis (LOGICAL_AXES: `batch`),
+    which becomes the mesh axes it names."""
     if dim is None or isinstance(dim, str):
-        return dim
+        return LOGICAL_AXES.get(dim, dim)
     if isinstance(dim, list) and all(isinstance(axis, str) for axis in dim):
         return tuple(dim)
     raise ShardingError(
-        f"{where}: '{pattern}' has a bad dimension {dim!r}; use null, an axis "
-        "name or a list of axis names"
+        f"{where}: '{pattern}' has a bad dimension {dim!r}; use null, an axis name, a list "
+        f"of axis names, or a logical axis ({', '.join(LOGICAL_AXES)})"
     )
 
 

@@ -69,14 +69,14 @@ def evaluate(checkpoint: str, tasks: str | None, *, num_fewshot: int | None = No
     # scored from the export cache: results go to the run folder, scores to its W&B run
     from zoo.app.saved_run import load_run
 
-    _, cfg, home = (None, None, None) if folder == path else load_run(path)
+    run, home = (None, None) if folder == path else load_run(path)
     target = Path(out) if out else (home.local if home else folder)
     target.mkdir(parents=True, exist_ok=True)
     record = {"checkpoint": str(path), "model_folder": str(folder), "device": device, **record}
     results_file = target / RESULTS_FILE
     results_file.write_text(json.dumps(record, indent=1, default=str))
     if home:
-        _log_wandb(path, cfg.wandb, home, rows)
+        _log_wandb(path, run.config.wandb, home, rows)
         if not out:
             home.push(RESULTS_FILE)
             return rows, home.path(RESULTS_FILE)
@@ -101,7 +101,7 @@ def family_of(path: str | Path):
         return None
     from zoo.app.saved_run import load_run
 
-    return load_run(path)[0]
+    return load_run(path)[0].family
 
 
 def _lm_eval(folder: Path, backend: str, device: str, batch_size: int, **common) -> dict:

@@ -24,7 +24,8 @@ def export(checkpoint: str | Path, out: str | Path) -> Path:
     out = Path(local_folder(out, "zoo export OUT"))
     if out.exists():
         raise UserError(f"{out} already exists; remove it or choose another output folder")
-    family, cfg, _ = load_run(checkpoint)
+    run, _ = load_run(checkpoint)
+    family, cfg = run.family, run.config
     if family.hf_class is None:
         raise UserError(f"{family.name} declares no Hugging Face class to export to")
     weights = load_checkpoint(checkpoint_of(checkpoint))
@@ -77,7 +78,7 @@ def cached_export(checkpoint: str | Path) -> Path:
     from zoo.core.store import Store
 
     folder = checkpoint_of(checkpoint)
-    home = load_run(checkpoint)[2]
+    home = load_run(checkpoint)[1]
     out = RunFolder(home.local).export(step_of(Store(folder).name))
     if not _complete(out):  # never made, or damaged (a copy cut short): made again
         shutil.rmtree(out, ignore_errors=True)

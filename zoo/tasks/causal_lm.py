@@ -28,7 +28,7 @@ class LMTrainConfig(TrainConfig):
         if self.eval_every < 0 or self.eval_rows < 1:
             raise ValueError(f"eval_every must be >= 0 and eval_rows >= 1, got "
                              f"{self.eval_every} and {self.eval_rows}")
-        # the run schema (zoo/app/compose.py) adds `model`; a bare LMTrainConfig has none
+        # the run schema (zoo/app/run.py) adds `model`; a bare LMTrainConfig has none
         longest = getattr(getattr(self, "model", None), "max_position_embeddings", None)
         if longest and self.seq_len > longest:
             raise ValueError(f"seq_len {self.seq_len} is longer than the model's "

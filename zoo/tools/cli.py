@@ -179,14 +179,17 @@ def train(model, overrides, tpu, steps, out, init_from, config_files, force_resu
         launch_training(gcloud, Node.resolve(node, zone, project), model, tpu,
                         [*flags, *(f"--config={f}" for f in config_files), *overrides])
         return
-    from zoo.app.compose import train as run_training
     from zoo.app.plan import check_fits
+    from zoo.app.run import resolve_run
+    from zoo.app.train import train as run_training
 
     flags = {"tpu": tpu, "steps": steps, "out": out or f"runs/{model}", "init_from": init_from}
     overrides = [f"{k}={v}" for k, v in flags.items() if v is not None] + list(overrides)
+    run = resolve_run(model, overrides, config_files)
     if backend == "xla":
-        check_fits(model, tpu or "cpu", overrides, config_files)
-    cfg, summary = run_training(model, overrides, config_files, force_resume, backend)
+        check_fits(run)
+    run, summary = run_training(run, force_resume, backend)
+    cfg = run.config
     from zoo.core.hosts import current as current_hosts
 
     if backend == "dtensor" and not current_hosts().main:
@@ -209,9 +212,7 @@ def train(model, overrides, tpu, steps, out, init_from, config_files, force_resu
         f"({', '.join(f'{s:.1f} s' for s in summary['compile_s']) or 'none new'}); "
         f"run folder {cfg.out}"
     )
-    from zoo.models.registry import resolve
-
-    text = resolve(model)[0].task.generates_text and cfg.data.source != "synthetic"
+    text = run.family.task.generates_text and cfg.data.source != "synthetic"
     if summary["last_step"] < cfg.steps:  # SIGTERM: saved, and the VM is going away
         return
     if text and current_hosts().main:  # the others' run folders hold no config
@@ -375,23 +376,25 @@ def plan(model, overrides, tpu, target_mfu, compile_, compare, as_json):
     OVERRIDES are `zoo train` keys: global_batch_size=, seq_len=, sharding=, remat=, mesh.*
     """
     from zoo.app.plan import describe, make_plan
+    from zoo.app.run import resolve_run
 
     if compare and not compile_:
         raise UserError(f"--compare {compare} compares compiled programs: add --compile")
+    run = resolve_run(model, [f"tpu={tpu}", *overrides])
     if compare:
         from zoo.benchmarks.plan_compare import compare as compare_plans
         from zoo.benchmarks.plan_compare_table import describe as describe_comparison
 
-        record = compare_plans(model, tpu, list(overrides), target_mfu).record()
+        record = compare_plans(run, target_mfu).record()
         click.echo(json.dumps(record, indent=2) if as_json else describe_comparison(record))
         return
     if not compile_:
-        result = make_plan(model, tpu, list(overrides), target_mfu)
+        result = make_plan(run, target_mfu)
         click.echo(json.dumps(result.record(), indent=2) if as_json else describe(result))
         return
     from zoo.app.plan_compile import compile_plan, describe_compiled
 
-    compiled = compile_plan(model, tpu, list(overrides), target_mfu)
+    compiled = compile_plan(run, target_mfu)
     click.echo(json.dumps(compiled.record(), indent=2) if as_json else describe_compiled(compiled))
 
 

@@ -33,7 +33,7 @@ def flash_attention(q, k, v):
     import torch_xla.distributed.spmd as xs
     from torch_xla.experimental.custom_kernel import flash_attention as pallas_flash
 
-    from zoo.core.inputs import BATCH_AXES
+    from zoo.core.mesh import BATCH_AXES
 
     mesh = xs.get_global_mesh()
     spec = (BATCH_AXES, "tensor", None, None) if mesh is not None else None

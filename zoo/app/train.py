@@ -1,67 +1,23 @@
-"""Compose a training run from a model name and overrides: resolve the config (the task's
-schema plus the family's architecture), check the runtime is the slice asked for, then
-build, shard and train. Everything that can be wrong with the input fails before any model
-or data is loaded."""
+"""`zoo train` for a resolved run (zoo/app/run.py): check the runtime is the slice asked
+for and the run folder is this run's, then build, shard and train, holding the run folder
+and its checkpoint location while it trains."""
 
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import os
 
+from zoo.app.run import Run
 from zoo.core import config as config_lib
 from zoo.core import runtime, topology
 from zoo.core.errors import UserError
 from zoo.core.run_folder import RUN_ID, RunFolder
-from zoo.models.registry import ModelFamily, resolve
+from zoo.models.registry import ModelFamily
 
 
-def run_schema(family: ModelFamily, size: str):
-    """The run's config schema: the family's task config plus its architecture."""
-    default = family.sizes[size]
-    return dataclasses.make_dataclass(
-        f"{family.name.title()}RunConfig",
-        [
-            (
-                "model",
-                family.config_cls,
-                dataclasses.field(default_factory=lambda: copy.deepcopy(default)),
-            )
-        ],
-        bases=(family.task.config_cls,),
-    )
-
-
-def load_run_config(model_name: str, overrides: list[str], config_files=()):
-    family, size = resolve(model_name)
-    cfg = config_lib.load(
-        run_schema(family, size),
-        files=config_files,
-        overrides=[f"model_name={model_name}", *overrides],
-    )
-    from zoo.core.mesh import for_slices
-
-    cfg.mesh = for_slices(cfg.mesh, topology.parse(cfg.tpu))
-    if not config_lib.sets_key("global_batch_size", config_files, overrides):
-        cfg.global_batch_size = default_global_batch(cfg)
-    return family, cfg
-
-
-def default_global_batch(cfg) -> int:
-    """The config's default batch (a CPU-sized 8 or 32), raised to one example per
-    data-parallel device on a slice with more: a smaller batch leaves XLA padding every
-    device's share, compute spent on nothing (and a slow, odd SPMD program)."""
-    from zoo.core.inputs import batch_devices
-    from zoo.core.mesh import resolve_axis_sizes
-
-    sizes = resolve_axis_sizes(cfg.mesh, topology.parse(cfg.tpu).devices)
-    return max(cfg.global_batch_size, batch_devices(sizes))
-
-
-def select_runtime(slice_type: str) -> topology.Topology:
+def select_runtime(topo: topology.Topology) -> topology.Topology:
     """Point PJRT at the requested devices, or fail fast when this machine is not that slice."""
-    topo = topology.parse(slice_type)
     if not topo.is_tpu:
         os.environ["PJRT_DEVICE"] = "CPU"
         os.environ["CPU_NUM_DEVICES"] = str(topo.devices)
@@ -134,24 +90,20 @@ def run_identity(cfg, family: ModelFamily, home, run_id: str | None):
                        out=home.out if home.remote else os.path.abspath(home.out))
 
 
-def build_engine(model_name: str, overrides: list[str], config_files=(), build_model=None,
-                 force_resume: bool = False, backend: str = "xla"):
-    """(resolved config, ready engine): runtime selected, model built, sharded and remat'ed
-    on `backend` (zoo/core/backends); a run folder holding another run's checkpoints is
-    refused unless `force_resume`.
+def build_engine(run: Run, build_model=None, force_resume: bool = False,
+                 backend: str = "xla"):
+    """(the run as trained, ready engine): runtime selected, model built, sharded and
+    remat'ed on `backend` (zoo/core/backends); a run folder holding another run's
+    checkpoints is refused unless `force_resume`. The run's config gains what training
+    reads from files: a Hugging Face architecture (`init_from`), the task's token ids.
 
     `build_model(config, seed)` replaces the family's model (the bench's HF peer)."""
     from zoo.core import backends
 
     engine_backend = backends.get(backend)  # first: the dtensor backend's process group
-    family, cfg = load_run_config(model_name, overrides, config_files)
-    topo = select_runtime(cfg.tpu) if backend == "xla" else topology.parse(cfg.tpu)
-    rules_path = family.preset("sharding", cfg.sharding)
-    remat_path = family.preset("remat", cfg.remat)
-    from zoo.core.remat import RematConfig
-
-    remat = config_lib.load(RematConfig, files=[remat_path])
-    remat.check_device(topo.is_tpu)
+    family, cfg = run.family, run.config
+    if backend == "xla":
+        select_runtime(run.topology)
     if cfg.init_from:
         if family.load_hf is None:
             raise UserError(f"{family.name} cannot load Hugging Face checkpoints (--init-from)")
@@ -159,7 +111,8 @@ def build_engine(model_name: str, overrides: list[str], config_files=(), build_m
 
         check_architecture(cfg.init_from, family.hf_class)
         cfg = dataclasses.replace(cfg, model=family.config_from_hf(cfg.init_from))
-    cfg = family.task.resolve(cfg)
+    run = run.with_config(family.task.resolve(cfg))
+    cfg = run.config
     from zoo.core.checkpoint import check_writable
 
     # First: a bucket out of reach fails in seconds. One probe per machine: processes of
@@ -168,32 +121,26 @@ def build_engine(model_name: str, overrides: list[str], config_files=(), build_m
         check_writable(cfg.checkpoint_location)
     if not force_resume:
         check_resumable(cfg)
-    from zoo.core.sharding import ShardingRules
-
-    rules = ShardingRules.from_yaml(rules_path)
     if backend == "xla":
         from zoo.core.backends.xla.runtime import start
 
         start()
     from zoo.core.engine import Engine
 
-    model_config = family.model_for(cfg.model, topo, cfg.mesh)
-    model = (build_model or family.build)(model_config, seed=cfg.seed)
+    model = (build_model or family.build)(run.built_config.model, seed=cfg.seed)
     if cfg.init_from:
         family.load_hf(model, cfg.init_from)
-    engine = Engine(cfg, model, family.task, rules, remat,
+    engine = Engine(cfg, model, family.task, run.rules, run.remat,
                     forward_flops_per_item=family.forward_flops(cfg), backend=engine_backend)
-    return cfg, engine
+    return run, engine
 
 
-def train(model_name: str, overrides: list[str], config_files=(),
-          force_resume: bool = False, backend: str = "xla") -> tuple[object, dict]:
-    family, _ = resolve(model_name)
-    cfg, engine = build_engine(model_name, overrides, config_files, force_resume=force_resume,
-                               backend=backend)
+def train(run: Run, force_resume: bool = False, backend: str = "xla") -> tuple[Run, dict]:
+    """(the run as trained, the training summary)."""
+    run, engine = build_engine(run, force_resume=force_resume, backend=backend)
     with contextlib.ExitStack() as held:
-        _hold_run(cfg, engine.home, family, held)
-        return cfg, engine.fit()
+        _hold_run(run.config, engine.home, run.family, held)
+        return run, engine.fit()
 
 
 @contextlib.contextmanager

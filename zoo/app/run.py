@@ -1,0 +1,87 @@
+"""A run resolved once: a model name, config files and key=value overrides become one frozen
+`Run` (family, config, topology, sharding rules, remat, mesh) at the command line's edge,
+and that object is what `zoo train`, `zoo plan`, `zoo plan --compile`, the bench and eval
+are handed. Nothing downstream parses the same strings again. Everything that can be wrong
+with the input fails here, before any model or data is loaded."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+from zoo.core import config as config_lib
+from zoo.core import topology as topology_lib
+from zoo.core.mesh import for_slices, resolve_axis_sizes
+from zoo.core.remat import RematConfig
+from zoo.core.sharding import ShardingRules
+from zoo.models.registry import ModelFamily, resolve
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """What a command runs: `config` is the family's task config plus `model` (its
+    architecture); `mesh` is the axis sizes on the topology's devices."""
+
+    family: ModelFamily
+    config: object
+    topology: topology_lib.Topology
+    rules: ShardingRules
+    remat: RematConfig
+    mesh: dict[str, int]
+
+    @property
+    def model_name(self) -> str:
+        return self.config.model_name
+
+    @property
+    def built_config(self):
+        """The config with the architecture as it is built on this topology and mesh (the
+        family's hardware choices made, e.g. llama's attention=auto -> flash on a TPU)."""
+        model = self.family.model_for(self.config.model, self.topology, self.config.mesh)
+        return dataclasses.replace(self.config, model=model)
+
+    def with_config(self, config) -> Run:
+        """The same run with its config refined (a Hugging Face architecture, the task's
+        token ids); the config's strings are not read again."""
+        return dataclasses.replace(self, config=config)
+
+
+def resolve_run(model_name: str, overrides: list[str], config_files=()) -> Run:
+    """The run `zoo train MODEL --config F... KEY=VALUE...` describes."""
+    family, size = resolve(model_name)
+    config = config_lib.load(run_schema(family, size), files=config_files,
+                             overrides=[f"model_name={model_name}", *overrides])
+    topology = topology_lib.parse(config.tpu)
+    config.mesh = for_slices(config.mesh, topology)
+    mesh = resolve_axis_sizes(config.mesh, topology.devices)
+    if not config_lib.sets_key("global_batch_size", config_files, overrides):
+        config.global_batch_size = default_global_batch(config.global_batch_size, mesh)
+    rules = ShardingRules.from_yaml(family.preset("sharding", config.sharding))
+    remat = config_lib.load(RematConfig, files=[family.preset("remat", config.remat)])
+    remat.check_device(topology.is_tpu)
+    return Run(family, config, topology, rules, remat, mesh)
+
+
+def run_schema(family: ModelFamily, size: str):
+    """The run's config schema: the family's task config plus its architecture."""
+    default = family.sizes[size]
+    return dataclasses.make_dataclass(
+        f"{family.name.title()}RunConfig",
+        [
+            (
+                "model",
+                family.config_cls,
+                dataclasses.field(default_factory=lambda: copy.deepcopy(default)),
+            )
+        ],
+        bases=(family.task.config_cls,),
+    )
+
+
+def default_global_batch(configured: int, mesh: dict[str, int]) -> int:
+    """The config's default batch (a CPU-sized 8 or 32), raised to one example per
+    data-parallel device on a slice with more: a smaller batch leaves XLA padding every
+    device's share, compute spent on nothing (and a slow, odd SPMD program)."""
+    from zoo.core.inputs import batch_devices
+
+    return max(configured, batch_devices(mesh))
