@@ -130,7 +130,7 @@ def build_engine(run: Run, build_model=None, force_resume: bool = False,
     model = (build_model or family.build)(run.built_config.model, seed=cfg.seed)
     if cfg.init_from:
         family.load_hf(model, cfg.init_from)
-    engine = Engine(cfg, model, family.task, run.rules, run.remat,
+    engine = Engine(cfg, model, family.task, run.rules, run.remat, run.topology,
                     forward_flops_per_item=family.forward_flops(cfg), backend=engine_backend)
     return run, engine
 

@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from zoo.core import backends, topology
+from zoo.core import backends
 from zoo.core import hosts as hosts_lib
 from zoo.core.checkpoint import Checkpointer
 from zoo.core.flops import train_flops
@@ -30,6 +30,7 @@ from zoo.core.run_home import RunHome
 from zoo.core.sharding import ShardingRules
 from zoo.core.step import TrainStep
 from zoo.core.task import Task
+from zoo.core.topology import Topology
 
 WARMUP_STEPS = 2  # step 1 compiles the step (step 2 too for optimizers with lazy state)
 TIMING_WINDOW = 10  # steps averaged into the reported step time
@@ -72,7 +73,7 @@ class TrainConfig:
     wandb: WandbConfig = dataclasses.field(default_factory=WandbConfig)
     profile: ProfileConfig = dataclasses.field(default_factory=ProfileConfig)
 
-    def runs_in_bf16(self, topo: topology.Topology) -> bool:
+    def runs_in_bf16(self, topo: Topology) -> bool:
         """precision=auto means bf16 autocast on TPU, fp32 elsewhere."""
         return self.precision == "bf16" or (self.precision == "auto" and topo.is_tpu)
 
@@ -111,15 +112,15 @@ class Engine:
         task: Task,
         rules: ShardingRules,
         remat: RematConfig,
+        topology: Topology,
         *,
         forward_flops_per_item: float,
         backend=None,
     ):
-        self.config, self.task = config, task
+        self.config, self.task, self.topology = config, task, topology
         self.backend = backend or backends.get("xla")
         self.home = RunHome(config.out)  # the run folder, maybe in a bucket
         self.run_dir = self.home.local
-        self.topology = topology.parse(config.tpu)
         self.devices = self.backend.device_count()
         self.bf16 = config.runs_in_bf16(self.topology)
         self.backend.check_remat(remat)
