@@ -17,7 +17,8 @@ def modules() -> dict[str, object]:
     found = {}
     for path in (ROOT / "zoo").rglob("*.py"):
         parts = [p for p in path.relative_to(ROOT).with_suffix("").parts if p != "__init__"]
-        if "_template" not in parts:  # the scaffold's source, not a module of zoo
+        # the scaffold's source is not a module of zoo, nor is what a hidden folder holds
+        if "_template" not in parts and not any(p.startswith(".") for p in parts):
             found[".".join(parts)] = path
     return found
 

@@ -5,7 +5,7 @@
 #   ZOO_MAXTEXT_VENV  where the environment lives (default: .venv-maxtext in the repo; relative to it)
 #   ZOO_MAXTEXT_PYTHON  a Python >= 3.12 to build it from (default: the first one found)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."  # the repository root
 
 pin="maxtext[tpu]==0.2.5"  # the version measured in shared/facts.md (JAX 0.12)
 venv=$(realpath -m "${ZOO_MAXTEXT_VENV:-.venv-maxtext}")
