@@ -16,31 +16,35 @@ from tests.support.paths import ROOT
 
 # XLA:CPU runs each virtual device as a thread and aborts a collective that one of them has
 # not reached in 10 s: on 2 cores, with another worker competing, a starved thread can miss
-# it. Such a worker is run again alone; a program that truly hangs fails again.
+# it (8 device threads queue their matmuls on one shared Eigen pool). Such a worker is run
+# again alone, each device thread computing its own matmuls, so the OS shares the cores
+# among them evenly; a program that truly hangs fails again.
 STARVED = "Termination timeout for"
+EVEN_THREADS = "--xla_cpu_multi_thread_eigen=false"
 
 
-def xla_cpu_env(devices: int) -> dict:
+def xla_cpu_env(devices: int, *xla_flags: str) -> dict:
     """Environment for a child process with `devices` virtual XLA CPU devices."""
+    flags = " ".join([os.environ.get("XLA_FLAGS", ""), *xla_flags]).strip()
     return {**os.environ, "PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": str(devices),
-            "TF_CPP_MIN_LOG_LEVEL": "2"}
+            "TF_CPP_MIN_LOG_LEVEL": "2", **({"XLA_FLAGS": flags} if flags else {})}
 
 
 def run_workers(module: str, device_counts, out_dir: Path, timeout: int = 900,
                 args=()) -> dict:
     """Run `python -m module OUT.pt *args` from the repo root once per device count; returns
     {count: results}."""
-    def start(n: int) -> subprocess.Popen:
+    def start(n: int, *xla_flags: str) -> subprocess.Popen:
         command = [sys.executable, "-m", module, str(out_dir / f"{n}.pt"), *args]
-        return subprocess.Popen(command, cwd=ROOT, env=xla_cpu_env(n), stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True)
+        return subprocess.Popen(command, cwd=ROOT, env=xla_cpu_env(n, *xla_flags),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
     procs = {n: start(n) for n in device_counts}
     results = {}
     for n, proc in procs.items():
         log, _ = proc.communicate(timeout=timeout)
         if proc.returncode != 0 and STARVED in log:  # run alone once: nothing competes
-            proc = start(n)
+            proc = start(n, EVEN_THREADS)
             log, _ = proc.communicate(timeout=timeout)
         assert proc.returncode == 0, f"{module} on {n} devices failed:\n{log[-3000:]}"
         results[n] = torch.load(out_dir / f"{n}.pt", weights_only=False)
