@@ -66,6 +66,7 @@ def test_refusals_wrote_nothing(owned):
     assert snapshot(scratch) == before
 
 
+@pytest.mark.slow  # by default: a second writer is refused (the test above)
 def test_a_copy_of_the_run_waits_for_the_writing_one(owned):
     scratch, location, _, _ = owned
     shutil.copytree(scratch / "a", scratch / "copy")  # the same run, on another VM's disk

@@ -40,6 +40,7 @@ def check_restores(tmp_path, devices: int, elsewhere: dict[str, str]):
             assert got[step] == pytest.approx(reference[step], rel=1e-5), (name, step)
 
 
+@pytest.mark.slow  # by default: a two-slice step compiles (test_tpu_compile.py)
 def test_a_two_slice_checkpoint_restores_on_half_the_devices(tmp_path):
     check_restores(tmp_path, 4, {"half": "cpu-2"})
 

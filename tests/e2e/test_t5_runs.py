@@ -38,6 +38,7 @@ def test_export_loads_in_transformers_and_generates(trained, tmp_path):
     assert out.shape[1] > 1
 
 
+@pytest.mark.slow  # by default: llama's --device xla against lm-eval's (test_eval.py)
 def test_eval_on_xla_matches_lm_evals_seq2seq_backend(trained, tmp_path):
     scores = {}
     for device in ("cpu", "xla"):

@@ -33,6 +33,7 @@ def test_sigkill_then_rerun_resumes_with_identical_losses(trained, tmp_path):
     assert losses(tmp_path / "run") == losses(trained)
 
 
+@pytest.mark.slow  # by default: vit matches transformers' ViT (test_vit_presets.py)
 def test_export_and_eval_top1(trained, tmp_path):
     exported = zoo("export", str(trained), str(tmp_path / "hf"))
     assert exported.returncode == 0, exported.stderr[-2000:]
