@@ -7,14 +7,9 @@ scratch folder holding the files below.) Each command is a fork of one process t
 imported the CLI, torch and torch_xla (tests/support/forked_cli.py): the ~2 s of start-up
 imports every command would repeat are paid once, and not counted in the 15 s."""
 
-import json
-import subprocess
-import sys
-
 import pytest
 
-from tests.support.paths import ROOT
-from tests.support.runs import env
+from tests.support.runs import forked_zoo
 
 FILES = {
     "not_yaml.yaml": "steps: [1, 2\n",
@@ -150,7 +145,12 @@ CASES = [
     # evaluation
     (["eval", "{d}/missing", "--tasks", "arc_easy_sample"], "missing does not exist"),
     (["eval", "{d}/run"], "--tasks is required for language models"),
-    (["eval", "{d}/run", "--tasks", "nosuchtask"], "unknown task 'nosuchtask'"),
+    (["eval", "{d}/run", "--tasks", "nosuchtask"],
+     "unknown task 'nosuchtask'; sample tasks (offline): arc_easy_sample, hellaswag_sample"),
+    (["eval", "{d}/run", "--tasks", "arc,hellaswag"],
+     "task 'arc_easy' needs the Hugging Face Hub dataset 'allenai/ai2_arc', which is "
+     "unreachable from here (offline?); use the local sample tasks (arc_easy_sample, "
+     "hellaswag_sample) or run where the Hub is reachable"),
     (["eval", "{d}/run", "--tasks", "{d}/no_tasks"], "has no YAML declaring a `task:`"),
     # benchmarks
     (["bench", "--suite", "{d}/missing.yaml"], "no benchmark suite"),
@@ -181,14 +181,7 @@ def answers(tmp_path_factory):
         (scratch / name).parent.mkdir(parents=True, exist_ok=True)
         (scratch / name).write_text(text)
     before = files(scratch)
-    commands = [command(args, scratch) for args, _ in CASES]
-    (scratch.parent / "commands.json").write_text(json.dumps(commands))
-    forked = subprocess.run([sys.executable, "-m", "tests.support.forked_cli",
-                             str(scratch.parent / "commands.json"),
-                             str(scratch.parent / "answers.json")],
-                            env=env(), cwd=ROOT, capture_output=True, text=True, timeout=900)
-    assert forked.returncode == 0, forked.stderr[-3000:]
-    results = json.loads((scratch.parent / "answers.json").read_text())
+    results = forked_zoo([command(args, scratch) for args, _ in CASES], scratch.parent)
     return {"results": results, "before": before, "after": files(scratch), "scratch": scratch}
 
 

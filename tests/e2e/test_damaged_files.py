@@ -1,7 +1,8 @@
 """Files zoo reads back, damaged as a kill, a full disk or a hand edit leaves them: the run
 folder's config and metrics, checkpoint manifests and shards, the location's owner record,
 and the export cache. Each gives one line and a non-zero exit, or is repaired; never a
-traceback. Each case damages its own copy of one trained run. (Metrics cut short, the W&B
+traceback. Each case damages its own copy of one trained run; the commands are forks of one
+process that has imported the CLI (tests/support/forked_cli.py). (Metrics cut short, the W&B
 id and the token cache: tests/unit/test_damaged_state.py.)"""
 
 import shutil
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.runs import zoo
+from tests.support.runs import forked_zoo, zoo
 
 STEP = "checkpoints/step-00000002"
 EXPORT = "hf/step-00000002"
@@ -63,16 +64,26 @@ def trained(tmp_path_factory):
     return root / "run"
 
 
+@pytest.fixture(scope="module")
+def answers(trained):
+    """Each case's command on its own damaged copy of the run, name -> result."""
+    commands = []
+    for name, damage, command, _, _ in CASES:
+        run = trained.parent / name
+        shutil.copytree(trained, run)
+        damage(run)
+        commands.append([arg.replace("RUN", str(run)) for arg in command])
+    results = forked_zoo(commands, trained.parent)
+    return {case[0]: result for case, result in zip(CASES, results)}
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_a_damaged_file_gives_one_line(trained, tmp_path, case):
-    name, damage, command, code, line = case
-    run = tmp_path / name
-    shutil.copytree(trained, run)
-    damage(run)
-    result = zoo(*[arg.replace("RUN", str(run)) for arg in command])
-    assert result.returncode == code, result.stderr[-3000:]
-    assert "Traceback" not in result.stderr + result.stdout
-    said = [text for text in result.stderr.splitlines()
+def test_a_damaged_file_gives_one_line(answers, case):
+    name, _, _, code, line = case
+    result = answers[name]
+    assert result["returncode"] == code, result["stderr"][-3000:]
+    assert "Traceback" not in result["stderr"] + result["stdout"]
+    said = [text for text in result["stderr"].splitlines()
             if text.startswith(("Error:", "warning:"))]
     if line is None:
         assert said == []

@@ -8,8 +8,8 @@ import shutil
 
 from tests.support.runs import zoo
 
-ARGS = ["llama-tiny", "checkpoint_every=3", "log_every=2",
-        "wandb.project=zoo-tests", "wandb.mode=offline"]
+ARGS = ["llama-tiny", "checkpoint_every=3", "log_every=2", "wandb.project=zoo-tests",
+        "wandb.mode=offline", "model.num_hidden_layers=1", "seq_len=64", "global_batch_size=4"]
 
 
 def test_a_run_in_a_bucket_continues_after_its_vm_is_recreated(tmp_path, monkeypatch):

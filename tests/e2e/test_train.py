@@ -13,7 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.runs import kill_after_first_checkpoint_then_rerun, losses, popen_zoo, zoo
+from tests.support.runs import (
+    kill_after_first_checkpoint_then_rerun,
+    losses,
+    popen_zoo,
+    side_by_side,
+    zoo,
+)
 
 # A smaller llama-tiny so each run takes seconds.
 SMALL = ["model.num_hidden_layers=2", "seq_len=64", "log_every=1", "optim.lr=1e-3"]
@@ -127,14 +133,10 @@ def test_generate_from_a_run(reference_run):
 
 
 def test_grad_accumulation_matches_one_big_batch(tmp_path):
-    def run(accum):
-        out = tmp_path / f"accum{accum}"
-        result = zoo("train", "llama-tiny", "--tpu", "cpu-1", "--steps", "3", "--out", str(out),
-                     f"grad_accum={accum}", "data.source=synthetic", *SMALL)
-        assert result.returncode == 0, result.stderr[-3000:]
-        return losses(out)
-
-    single, accumulated = run(1), run(2)
+    side_by_side([("train", "llama-tiny", "--tpu", "cpu-1", "--steps", "3", "--out",
+                   str(tmp_path / f"accum{accum}"), f"grad_accum={accum}",
+                   "data.source=synthetic", *SMALL) for accum in (1, 2)])
+    single, accumulated = losses(tmp_path / "accum1"), losses(tmp_path / "accum2")
     assert single.keys() == accumulated.keys() == {1, 2, 3}
     for step, loss in single.items():
         assert accumulated[step] == pytest.approx(loss, rel=1e-5), step

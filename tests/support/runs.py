@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from tests.support.paths import ROOT
@@ -28,6 +29,30 @@ def zoo(*args, timeout=600):
 
 def popen_zoo(*args, **kwargs) -> subprocess.Popen:
     return subprocess.Popen(zoo_command(*args), env=env(), cwd=ROOT, **kwargs)
+
+
+def side_by_side(commands: list[tuple], run=zoo) -> list:
+    """Two commands (`run(*args)`) side by side: each waits on one core part of the time.
+    Both must succeed."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(lambda args: run(*args), commands))
+    for result in results:
+        assert result.returncode == 0, result.stderr[-3000:]
+    return results
+
+
+def forked_zoo(commands: list[list[str]], scratch: Path) -> list[dict]:
+    """Many short `zoo` commands, each a fork of one process that has imported the CLI,
+    torch and torch_xla (tests/support/forked_cli.py), two at a time, offline as the Hub is
+    from every test: per command its returncode, stdout, stderr and seconds from fork to
+    exit."""
+    (scratch / "commands.json").write_text(json.dumps(commands))
+    offline = {**env(), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    forked = subprocess.run([sys.executable, "-m", "tests.support.forked_cli",
+                             str(scratch / "commands.json"), str(scratch / "answers.json")],
+                            env=offline, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert forked.returncode == 0, forked.stderr[-3000:]
+    return json.loads((scratch / "answers.json").read_text())
 
 
 def losses(run: Path) -> dict[int, float]:
