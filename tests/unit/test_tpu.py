@@ -160,7 +160,7 @@ def test_babysit_survives_two_preemptions_and_resumes(fake, tmp_path):
     script = (f"echo start >> {progress}; sleep 0.5; "
               f"test $(wc -l < {progress}) -ge 3 || sleep 60")
     result = fake.zoo("tpu", "babysit", "node", "--tpu", "v4-16", *ZONE, "--spot",
-                      "--backoff", "0.01", "--poll", "1", "--", "bash", "-c", script,
+                      "--backoff", "0.01", "--poll", "0.2", "--", "bash", "-c", script,
                       timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "restart 1/10" in result.stdout and "restart 2/10" in result.stdout
@@ -209,7 +209,7 @@ def test_babysit_restarts_every_slice_when_one_is_preempted(fake, tmp_path):
               f"echo $MEGASCALE_SLICE_ID $n $MEGASCALE_COORDINATOR_ADDRESS >> {progress}; "
               f"if [ $n = 0 ]; then sleep 0.5; echo 3 > {ckpt}; sleep 60; fi")
     result = fake.zoo("tpu", "babysit", "job", "--tpu", "2xv4-16", *ZONE, "--spot",
-                      "--backoff", "0.01", "--poll", "1", "--", "bash", "-c", script,
+                      "--backoff", "0.01", "--poll", "0.2", "--", "bash", "-c", script,
                       timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "restart 1/10 of all 2 slices" in result.stdout
