@@ -42,21 +42,18 @@ def accuracies(results_file: Path) -> dict:
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("eval")
     trained, untrained = tmp / "trained", tmp / "untrained"
-    both([("train", "llama-tiny", "--tpu", "cpu-1", "--steps", "200", "--out", str(trained),
-           "optim.lr=3e-3", *TEACH),
-          ("train", "llama-tiny", "--tpu", "cpu-1", "--steps", "1", "--out", str(untrained),
-           "optim.lr=0", *TEACH)])
+    side_by_side([("train", "llama-tiny", "--tpu", "cpu-1", "--steps", "200", "--out",
+                   str(trained), "optim.lr=3e-3", *TEACH),
+                  ("train", "llama-tiny", "--tpu", "cpu-1", "--steps", "1", "--out",
+                   str(untrained), "optim.lr=0", *TEACH)], run=zoo)
     return {"trained": trained, "untrained": untrained, "tmp": tmp}
-
-
-def both(commands: list[tuple]) -> list:
-    return side_by_side(commands, run=zoo)
 
 
 @pytest.fixture(scope="module")
 def cpu_eval(runs):
     names = ("trained", "untrained")
-    for result in both([("eval", str(runs[name]), "--tasks", TASKS) for name in names]):
+    for result in side_by_side([("eval", str(runs[name]), "--tasks", TASKS) for name in names],
+                               run=zoo):
         assert "arc_easy_sample   acc" in result.stdout
     return {name: runs[name] / "eval_results.json" for name in names}
 
