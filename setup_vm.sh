@@ -20,10 +20,10 @@ if is_tpu_vm; then target=tpu; else target=cpu; fi
 stamp="$venv/.zoo-install"
 want="$target $(sha256sum < pyproject.toml | cut -d' ' -f1)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] \
-   && "$venv/bin/python" -c "import torch_xla, zoo.core" 2>/dev/null; then
+   && "$venv/bin/python" -c "import torch_xla, core, zoo, benchmarks, eval, tools" 2>/dev/null; then
   echo "setup: $venv is up to date ($target)"
 else
-  echo "setup: installing zoo for $target into $venv (first time: a few minutes, ~7 GB)"
+  echo "setup: installing zoo for $target into $venv (first time: a few minutes, ~9 GB)"
   "$venv/bin/pip" install -q --upgrade pip
   if [ "$target" = tpu ]; then
     # torch_xla[tpu] brings the libtpu its runtime needs (also the compiler for zoo plan)
@@ -32,8 +32,11 @@ else
   else
     extras="dev,xla,tpu-compile"  # libtpu as a compile-only TPU compiler; XLA runs on the CPU
   fi
-  # setuptools warns that ./zoo may shadow the installed package: it is that package; quiet it
-  PYTHONWARNINGS=ignore "$venv/bin/pip" install -q -e ".[$extras]"
+  # compat: the venv points at this folder by a static path (a .pth line), not an import
+  # hook, so editors and path-based tools follow every import; setuptools warns that the
+  # folders here may shadow the installed packages: they are those packages; quiet it
+  PYTHONWARNINGS=ignore "$venv/bin/pip" install -q -e ".[$extras]" \
+    --config-settings editable_mode=compat
   echo "$want" > "$stamp"
   echo "setup: done"
 fi

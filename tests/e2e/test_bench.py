@@ -7,10 +7,10 @@ import sys
 
 import pytest
 
-from zoo.benchmarks.gate import confirmed_regressions
-from zoo.benchmarks.harness import compare_ratios
-from zoo.benchmarks.suite import load_suite
-from zoo.core.errors import UserError
+from benchmarks.gate import confirmed_regressions
+from benchmarks.harness import compare_ratios
+from benchmarks.suite import load_suite
+from core.errors import UserError
 
 SUITE = """
 - name: micro
@@ -24,7 +24,7 @@ SUITE = """
 
 def zoo(*args, timeout=900):
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    return subprocess.run([sys.executable, "-c", "from zoo.tools.cli import main; main()", *args],
+    return subprocess.run([sys.executable, "-c", "from tools.cli import main; main()", *args],
                           env=env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -101,7 +101,7 @@ def test_unknown_suite_lists_the_suites():
 
 
 def test_default_suite_covers_every_family_with_valid_configs():
-    from zoo.models.registry import FAMILIES
+    from zoo.registry import FAMILIES
 
     entries = load_suite("default")
     assert {e.model.split("-")[0] for e in entries} == set(FAMILIES)
@@ -124,7 +124,7 @@ def test_plan_8b_on_v5p_128_fits():
 
 
 def test_plan_counts_parameters_from_the_sharding_plan():
-    from zoo.app.plan import make_plan
+    from benchmarks.plan.analytic import make_plan
     from zoo.app.run import resolve_run
 
     plan = make_plan(resolve_run("llama-8b", ["tpu=v5p-128"]), 0.5)
@@ -149,8 +149,8 @@ def test_compare_maxtext_runs_the_same_entry_through_maxtext(tmp_path):
 
 
 def test_peers_run_only_what_they_can():
-    from zoo.benchmarks.harness import runs_peer
-    from zoo.benchmarks.suite import Entry
+    from benchmarks.harness import runs_peer
+    from benchmarks.suite import Entry
 
     assert runs_peer(Entry(name="l", model="llama-tiny"), "hf")
     assert not runs_peer(Entry(name="l", model="llama-tiny", remat="scan"), "hf")

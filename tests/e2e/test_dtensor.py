@@ -1,4 +1,4 @@
-"""The dtensor backend (zoo/core/backends/dtensor.py) as a user runs it: `zoo train --backend
+"""The dtensor backend (core/backends/dtensor.py) as a user runs it: `zoo train --backend
 dtensor --nproc N` is N gloo processes under torchrun's launcher, and trains the same
 run as the xla backend: the same losses, checkpoints either backend restores, and an exact
 resume after every process is SIGKILLed. It runs with torch_xla unimportable."""

@@ -16,7 +16,7 @@ from tests.support.runs import side_by_side
 
 # two of llama-tiny's four layers learn the teaching text as well (arc_easy_sample 0.94 after
 # 200 steps, measured) in three quarters of the time
-TEACH = ["data.source=zoo/eval/tasks/data/teach.jsonl", "seq_len=64", "log_every=50",
+TEACH = ["data.source=eval/tasks/data/teach.jsonl", "seq_len=64", "log_every=50",
          "checkpoint_every=1000", "model.num_hidden_layers=2"]
 TASKS = "arc_easy_sample,hellaswag_sample"
 
@@ -29,7 +29,7 @@ def run(*args, timeout=900):
 
 
 def zoo(*args, timeout=900):
-    return run(sys.executable, "-c", "from zoo.tools.cli import main; main()", *args,
+    return run(sys.executable, "-c", "from tools.cli import main; main()", *args,
                timeout=timeout)
 
 
@@ -68,8 +68,8 @@ def test_training_on_the_teaching_text_is_measured_by_eval(cpu_eval):
 
 def zoo_model(run):
     """The zoo family's own model with the run's latest weights."""
+    from core.store.checkpoint import load_checkpoint
     from zoo.app.saved_run import checkpoint_of, load_run
-    from zoo.core.checkpoint import load_checkpoint
 
     resolved, _ = load_run(run)
     model = resolved.family.build(resolved.config.model, init=False)
@@ -117,7 +117,7 @@ def test_lm_eval_cli_on_the_export_gives_the_same_numbers(runs, cpu_eval):
     folder = json.loads(cpu_eval["trained"].read_text())["model_folder"]
     out = runs["tmp"] / "lm_eval_out"
     result = run(str(Path(sys.executable).parent / "lm_eval"), "--model", "hf", "--model_args",
-                 f"pretrained={folder}", "--tasks", TASKS, "--include_path", "zoo/eval/tasks",
+                 f"pretrained={folder}", "--tasks", TASKS, "--include_path", "eval/tasks",
                  "--device", "cpu", "--batch_size", "8", "--output_path", str(out))
     assert result.returncode == 0, result.stderr[-3000:]
     results_file = next(out.rglob("results_*.json"))
@@ -147,7 +147,7 @@ def test_xla_backend_matches_the_hf_backend(runs, cpu_eval):
 def test_large_exports_are_sharded_with_an_index(runs, monkeypatch):
     from transformers import AutoModelForCausalLM
 
-    from zoo.eval import export as export_module
+    from eval import export as export_module
 
     monkeypatch.setattr(export_module, "MAX_SHARD_SIZE", "5MB")
     out = export_module.export(runs["untrained"], runs["tmp"] / "sharded")

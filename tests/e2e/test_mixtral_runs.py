@@ -38,9 +38,9 @@ def test_sigkill_then_rerun_resumes_with_identical_losses(trained, tmp_path):
 
 
 def test_export_loads_in_transformers_with_our_logits(trained, tmp_path):
-    from zoo.core.checkpoint import load_checkpoint
-    from zoo.models.mixtral.config import SIZES
-    from zoo.models.mixtral.family import FAMILY
+    from core.store.checkpoint import load_checkpoint
+    from zoo.mixtral.config import SIZES
+    from zoo.mixtral.family import FAMILY
 
     exported = zoo("export", str(trained), str(tmp_path / "hf"))
     assert exported.returncode == 0, exported.stderr[-2000:]

@@ -9,8 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
+from core.store.checkpoint import load_checkpoint
 from tests.support.runs import zoo
-from zoo.core.checkpoint import load_checkpoint
 
 DIVERGES = ["llama-tiny", "steps=4", "checkpoint_every=1", "keep_checkpoints=4",
             "global_batch_size=2", "seq_len=32", "optim.lr=1e12", "optim.grad_clip=0",

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from benchmarks.plan.compare_table import describe
 from tests.support.runs import zoo
-from zoo.benchmarks.plan_compare_table import describe
 
 
 @pytest.mark.slow

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from core.errors import UserError
 from tests.support.paths import ROOT
 from zoo.app import scaffold
-from zoo.core.errors import UserError
 
 CONFORMANCE = ROOT / "tests" / "multidevice" / "test_conformance.py"
 
@@ -44,10 +44,10 @@ def test_a_forgotten_sharding_rule_fails_with_what_to_add(tmp_path):
 
 
 def test_families_in_the_zoo_folder_are_found_without_a_registry_line():
-    from zoo.models.registry import _in_tree_families
+    from zoo.registry import _in_tree_families
 
     found = _in_tree_families()
-    assert {"llama", "t5", "vit"} <= set(found) and found["t5"] == "zoo.models.t5.family"
+    assert {"llama", "t5", "vit"} <= set(found) and found["t5"] == "zoo.t5.family"
     assert "_template" not in found and "tasks" not in found
 
 
@@ -58,7 +58,7 @@ def test_an_installed_package_registers_its_family_by_entry_point(tmp_path):
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: demo-net-pkg\nVersion: 0.1\n")
     (info / "entry_points.txt").write_text("[zoo.families]\ndemo_net = demo_net.family\n")
     env = {**os.environ, "PYTHONPATH": str(tmp_path), "ZOO_FAMILIES": ""}
-    code = "from zoo.models.registry import resolve; print(resolve('demo_net-tiny')[0].name)"
+    code = "from zoo.registry import resolve; print(resolve('demo_net-tiny')[0].name)"
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                             text=True, timeout=300)
     assert result.stdout.strip() == "demo_net", result.stderr[-2000:]

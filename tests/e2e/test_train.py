@@ -118,7 +118,7 @@ def test_models_lists_every_size_with_parameter_count():
     result = zoo("models")
     assert result.returncode == 0
     lines = dict(line.split(None, 1) for line in result.stdout.strip().splitlines())
-    from zoo.models.registry import model_names
+    from zoo.registry import model_names
 
     assert set(lines) == set(model_names())
     assert lines["llama-1b"].startswith("1,235.8 M")  # Llama 3.2 1B: 1.24B parameters
@@ -156,7 +156,7 @@ def test_bf16_training_runs_and_learns(tmp_path):
 def test_init_from_a_hugging_face_directory(tmp_path):
     import transformers
 
-    from zoo.models.llama.config import LlamaConfig
+    from zoo.llama.config import LlamaConfig
 
     hf_dir = tmp_path / "hf"
     config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,

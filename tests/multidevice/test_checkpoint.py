@@ -14,13 +14,13 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from core.errors import UserError
+from core.store.checkpoint import Checkpointer, load_checkpoint
+from core.store.location import Store
+from core.store.manifest import write_manifest
 from tests.support.checkpoint_worker import BATCH, RESTORE_STEP, STEPS
 from tests.support.paths import ROOT
 from tests.support.xla_harness import xla_cpu_env
-from zoo.core.checkpoint import Checkpointer, load_checkpoint
-from zoo.core.checkpoint_manifest import write_manifest
-from zoo.core.errors import UserError
-from zoo.core.store import Store
 
 DEVICE_COUNTS = (1, 4)
 OTHER = {1: 4, 4: 1}
@@ -147,7 +147,7 @@ def test_load_checkpoint_needs_no_torch_xla_and_gives_full_hf_named_tensors(runs
     dest = runs["out"] / "loaded.pt"
     code = (
         "import sys, torch\n"
-        "from zoo.core.checkpoint import load_checkpoint\n"
+        "from core.store.checkpoint import load_checkpoint\n"
         f"latest = load_checkpoint({str(run_dir)!r})\n"
         f"older = load_checkpoint({str(run_dir / 'step-00000004')!r})\n"
         f"consolidated = load_checkpoint({str(runs['out'] / 'consolidated-4')!r})\n"

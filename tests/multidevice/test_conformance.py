@@ -19,14 +19,14 @@ import math
 import pytest
 import torch
 
+from core import config as config_lib
+from core.mesh import resolve_axis_sizes
+from core.remat import RematConfig, apply_remat
+from core.sharding import ShardingError, ShardingRules, match_activations, plan_params
 from tests.support.conformance_worker import mesh_for, preset_names
 from tests.support.xla_harness import assert_same_loss_and_grads, run_workers
 from zoo.app.run import resolve_run
-from zoo.core import config as config_lib
-from zoo.core.mesh import resolve_axis_sizes
-from zoo.core.remat import RematConfig, apply_remat
-from zoo.core.sharding import ShardingError, ShardingRules, match_activations, plan_params
-from zoo.models.registry import FAMILIES, family
+from zoo.registry import FAMILIES, family
 
 SIZES = [(name, size) for name in FAMILIES for size in family(name).sizes]
 PRESETS = [(name, p) for name in FAMILIES for p in preset_names(family(name))]
@@ -150,8 +150,8 @@ def loss_on_example(name: str, forward) -> torch.Tensor:
 
 @pytest.mark.parametrize("name", [trained(n) for n in FAMILIES if family(n).hf_class])
 def test_export_loads_in_transformers_with_the_same_loss(worker_runs, name, tmp_path):
-    from zoo.core.checkpoint import load_checkpoint
-    from zoo.eval.export import export
+    from core.store.checkpoint import load_checkpoint
+    from eval.export import export
 
     fam = family(name)
     run_dir = worker_runs(name)["dir"]

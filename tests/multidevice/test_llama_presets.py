@@ -8,8 +8,8 @@ import transformers
 from tests.support import llama_cases
 from tests.support.family_presets import FamilyPresetTests
 from tests.support.llama_cases import CONFIG, batch
-from zoo.models.llama.family import FAMILY
-from zoo.models.llama.hf import load_hf
+from zoo.llama.family import FAMILY
+from zoo.llama.hf import load_hf
 
 # fp32 throughout. Eager CPU runs the same kernels as transformers: only summation order
 # differs. XLA:CPU fuses and reorders more, and sharding splits reductions.

@@ -13,8 +13,8 @@ from safetensors.torch import save_file
 from tests.support import mixtral_cases
 from tests.support.family_presets import FamilyPresetTests
 from tests.support.mixtral_cases import CONFIG, PARITY_CONFIGS, batch
-from zoo.models.mixtral.family import FAMILY
-from zoo.models.mixtral.hf import load_hf
+from zoo.mixtral.family import FAMILY
+from zoo.mixtral.hf import load_hf
 
 EAGER_TOL = {"rtol": 1e-5, "atol": 1e-6}
 

@@ -8,8 +8,8 @@ import transformers
 from tests.support import t5_cases
 from tests.support.family_presets import FamilyPresetTests
 from tests.support.t5_cases import CONFIG, batch, forward
-from zoo.models.t5.family import FAMILY
-from zoo.models.t5.hf import EMBEDDING_ALIASES, load_hf
+from zoo.t5.family import FAMILY
+from zoo.t5.hf import EMBEDDING_ALIASES, load_hf
 
 # fp32; eager CPU runs the same kernels as transformers.
 EAGER_TOL = {"rtol": 1e-5, "atol": 1e-5}

@@ -17,16 +17,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.paths import ROOT
-from zoo.core.topology import parse
-from zoo.core.tpu_compile import (
+from benchmarks.plan.tpu_compile import (
     compile_target,
     count_collectives,
     count_dcn_collectives,
     count_matmul_flops,
     loop_trips,
-    parse_out_of_memory,
 )
+from core.out_of_memory import parse_out_of_memory
+from core.topology import parse
+from tests.support.paths import ROOT
 
 WORKER = "tests.support.compile_worker"
 FAMILIES = ("llama", "t5", "vit")
@@ -466,7 +466,7 @@ def test_json_record_holds_every_field_the_console_shows(default_records):
 
 
 TRACE_256 = """
-from zoo.app.plan_compile import trace_step_hlo
+from benchmarks.plan.tpu_step import trace_step_hlo
 from zoo.app.run import resolve_run
 run = resolve_run("llama-tiny", ["tpu=v6e-256", "remat=none"])
 text, _, _ = trace_step_hlo(run)

@@ -8,8 +8,8 @@ import transformers
 from tests.support import vit_cases
 from tests.support.family_presets import FamilyPresetTests
 from tests.support.vit_cases import CONFIG, batch
-from zoo.models.vit.family import FAMILY
-from zoo.models.vit.hf import load_hf
+from zoo.vit.family import FAMILY
+from zoo.vit.hf import load_hf
 
 # fp32; eager CPU runs the same kernels as transformers.
 EAGER_TOL = {"rtol": 1e-5, "atol": 1e-6}
@@ -43,7 +43,7 @@ def test_transformers_4_checkpoints_load(tmp_path):
     """Hub checkpoints use the transformers 4 names (encoder.layer.N.attention.attention...)."""
     from safetensors.torch import save_file
 
-    from zoo.models.vit.hf import LEGACY_NAMES
+    from zoo.vit.hf import LEGACY_NAMES
 
     hf = transformers.ViTForImageClassification(CONFIG.to_hf()).eval()
     hf.config.save_pretrained(tmp_path)

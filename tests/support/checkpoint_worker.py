@@ -22,14 +22,14 @@ import torch_xla  # noqa: E402
 import torch_xla.core.xla_model as xm  # noqa: E402
 import torch_xla.runtime as xr  # noqa: E402
 
+from core.backends.xla.spmd import build_mesh, shard_batch, shard_model  # noqa: E402
+from core.errors import UserError  # noqa: E402
+from core.mesh import MeshConfig  # noqa: E402
+from core.sharding import ShardingRules  # noqa: E402
+from core.store import checkpoint as checkpoint_module  # noqa: E402
+from core.store.checkpoint import Checkpointer  # noqa: E402
 from tests.support.paths import DATA  # noqa: E402
 from tests.support.toy_model import DIM, SEQ, VOCAB, ToyModel  # noqa: E402
-from zoo.core import checkpoint as checkpoint_module  # noqa: E402
-from zoo.core.backends.xla.spmd import build_mesh, shard_batch, shard_model  # noqa: E402
-from zoo.core.checkpoint import Checkpointer  # noqa: E402
-from zoo.core.errors import UserError  # noqa: E402
-from zoo.core.mesh import MeshConfig  # noqa: E402
-from zoo.core.sharding import ShardingRules  # noqa: E402
 
 RULES = DATA / "toy_fsdp.yaml"
 torch_bytes = checkpoint_module._torch_bytes

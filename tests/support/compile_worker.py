@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from zoo.app.plan_compile import compile_plan
+from benchmarks.plan.tpu_step import compile_plan
 from zoo.app.run import resolve_run
 
 

@@ -22,17 +22,17 @@ os.environ.setdefault("PJRT_DEVICE", "CPU")
 import torch  # noqa: E402
 import torch_xla.runtime as xr  # noqa: E402
 
-from tests.support.xla_harness import sharded_loss_and_grads  # noqa: E402
-from zoo.app.run import resolve_run  # noqa: E402
-from zoo.app.train import build_engine  # noqa: E402
-from zoo.core import config as config_lib  # noqa: E402
-from zoo.core.mesh import (
+from core import config as config_lib  # noqa: E402
+from core.mesh import (
     LOGICAL_AXES,  # noqa: E402
     MeshConfig,  # noqa: E402
 )
-from zoo.core.remat import RematConfig  # noqa: E402
-from zoo.core.sharding import ShardingRules  # noqa: E402
-from zoo.models.registry import family  # noqa: E402
+from core.remat import RematConfig  # noqa: E402
+from core.sharding import ShardingRules  # noqa: E402
+from tests.support.xla_harness import sharded_loss_and_grads  # noqa: E402
+from zoo.app.run import resolve_run  # noqa: E402
+from zoo.app.train import build_engine  # noqa: E402
+from zoo.registry import family  # noqa: E402
 
 
 def preset_names(fam) -> list[str]:

@@ -11,9 +11,9 @@ import json
 import pytest
 import torch
 
+from core.remat import apply_remat
 from tests.support.preset_worker import BASELINE, PARITY_REMATS, remat_preset
 from tests.support.xla_harness import assert_same_loss_and_grads, run_workers
-from zoo.core.remat import apply_remat
 
 # fp32: XLA:CPU fuses and reorders more than eager CPU, which runs transformers' kernels.
 XLA_TOL = {"rtol": 1e-4, "atol": 1e-5}

@@ -17,13 +17,13 @@ import time
 import traceback
 from pathlib import Path
 
-from zoo.core import runtime
+from core import runtime
 
 runtime.configure()
 import torch  # noqa: E402, F401  (imported once, before forking)
 import torch_xla  # noqa: E402, F401
 
-from zoo.tools.cli import cli  # noqa: E402
+from tools.cli import cli  # noqa: E402
 
 PARALLEL = 2
 TIMEOUT_S = 60

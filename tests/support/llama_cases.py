@@ -4,9 +4,9 @@ and grouped-query attention, tied embeddings, scaled rope), the presets on the G
 
 import torch
 
-from zoo.core.mesh import MeshConfig
-from zoo.models.llama.config import LlamaConfig, RopeScaling
-from zoo.models.llama.family import FAMILY  # noqa: F401 (the worker reads it)
+from core.mesh import MeshConfig
+from zoo.llama.config import LlamaConfig, RopeScaling
+from zoo.llama.family import FAMILY  # noqa: F401 (the worker reads it)
 from zoo.tasks.causal_lm import causal_lm_loss
 
 VOCAB = 256

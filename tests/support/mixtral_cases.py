@@ -5,10 +5,10 @@ does drop tokens (one group per sequence, so what is dropped does not depend on 
 
 import dataclasses
 
+from core.mesh import MeshConfig
 from tests.support.llama_cases import VOCAB, batch  # noqa: F401 (the worker reads batch)
-from zoo.core.mesh import MeshConfig
-from zoo.models.mixtral.config import MixtralConfig
-from zoo.models.mixtral.family import FAMILY  # noqa: F401 (the worker reads it)
+from zoo.mixtral.config import MixtralConfig
+from zoo.mixtral.family import FAMILY  # noqa: F401 (the worker reads it)
 from zoo.tasks.causal_lm import causal_lm_loss
 
 SMALL = MixtralConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=48,

@@ -21,11 +21,11 @@ os.environ.setdefault("PJRT_DEVICE", "CPU")
 import torch  # noqa: E402
 import torch_xla.runtime as xr  # noqa: E402
 
+from core import config  # noqa: E402
+from core.mesh import MeshConfig  # noqa: E402
+from core.remat import RematConfig  # noqa: E402
+from core.sharding import ShardingRules  # noqa: E402
 from tests.support.xla_harness import sharded_loss_and_grads  # noqa: E402
-from zoo.core import config  # noqa: E402
-from zoo.core.mesh import MeshConfig  # noqa: E402
-from zoo.core.remat import RematConfig  # noqa: E402
-from zoo.core.sharding import ShardingRules  # noqa: E402
 
 # The remat presets of the 1-device transformers parity runs, and the 1-device baseline
 # every 8-device preset is compared with.

@@ -15,7 +15,7 @@ from tests.support.paths import ROOT
 
 
 def zoo_command(*args):
-    return [sys.executable, "-c", "from zoo.tools.cli import main; main()", *args]
+    return [sys.executable, "-c", "from tools.cli import main; main()", *args]
 
 
 def env():

@@ -13,13 +13,13 @@ import torch  # noqa: E402
 import torch_xla  # noqa: E402
 import torch_xla.runtime as xr  # noqa: E402
 
+from core.backends.xla.spmd import build_mesh, device_loader  # noqa: E402
+from core.mesh import MeshConfig  # noqa: E402
+from core.remat import RematConfig  # noqa: E402
+from core.sharding import ShardingRules  # noqa: E402
 from tests.support.paths import DATA  # noqa: E402
 from tests.support.toy_model import SEQ, VOCAB, ToyModel  # noqa: E402
 from tests.support.xla_harness import sharded_loss_and_grads  # noqa: E402
-from zoo.core.backends.xla.spmd import build_mesh, device_loader  # noqa: E402
-from zoo.core.mesh import MeshConfig  # noqa: E402
-from zoo.core.remat import RematConfig  # noqa: E402
-from zoo.core.sharding import ShardingRules  # noqa: E402
 
 PRESETS = {
     "fsdp": (MeshConfig(), "toy_fsdp.yaml"),

@@ -3,9 +3,9 @@ tests/support/preset_worker.py share."""
 
 import torch
 
-from zoo.core.mesh import MeshConfig
-from zoo.models.t5.config import T5Config
-from zoo.models.t5.family import FAMILY  # noqa: F401 (the worker reads it)
+from core.mesh import MeshConfig
+from zoo.t5.config import T5Config
+from zoo.t5.family import FAMILY  # noqa: F401 (the worker reads it)
 from zoo.tasks.seq2seq import SEQ2SEQ, pair_batch
 
 CONFIG = T5Config(vocab_size=96, d_model=32, d_kv=8, d_ff=64, num_layers=2,

@@ -3,7 +3,7 @@ take a per-position extra (like rotary tables), and an LM-style head. Knows no s
 
 from torch import nn
 
-from zoo.core.remat import LayerStack
+from core.remat import LayerStack
 
 VOCAB, DIM, HIDDEN, SEQ, LAYERS = 256, 64, 128, 16, 3
 

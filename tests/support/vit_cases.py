@@ -4,9 +4,9 @@ tests/support/preset_worker.py share."""
 import torch
 import torch.nn.functional as F
 
-from zoo.core.mesh import MeshConfig
-from zoo.models.vit.config import ViTConfig
-from zoo.models.vit.family import FAMILY  # noqa: F401 (the worker reads it)
+from core.mesh import MeshConfig
+from zoo.vit.config import ViTConfig
+from zoo.vit.family import FAMILY  # noqa: F401 (the worker reads it)
 
 CONFIG = ViTConfig(image_size=16, patch_size=4, hidden_size=32, num_hidden_layers=2,
                    num_attention_heads=4, intermediate_size=64, num_labels=5)

@@ -60,8 +60,8 @@ def sharded_loss_and_grads(model, loss_fn, inputs: dict, rules, remat, mesh_conf
     import torch_xla
     from torch_xla.distributed.spmd.xla_sharding import wrap_as_sharded_tensor
 
-    from zoo.core.backends.xla.spmd import build_mesh, shard_batch, shard_model
-    from zoo.core.remat import apply_remat, unstack_weights
+    from core.backends.xla.spmd import build_mesh, shard_batch, shard_model
+    from core.remat import apply_remat, unstack_weights
 
     mesh = build_mesh(mesh_config)
     apply_remat(model, remat)

@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from zoo.benchmarks.calibration import RunPeaks
-from zoo.benchmarks.gate import judge, load_baseline
-from zoo.core.errors import UserError
-from zoo.core.flops import PeakMeasurement, spread
+from benchmarks.calibration import RunPeaks
+from benchmarks.gate import judge, load_baseline
+from core.errors import UserError
+from core.flops import PeakMeasurement, spread
 
 
 def record(name, mfu, ratio, impl="zoo"):
@@ -86,7 +86,7 @@ def test_a_results_file_is_a_baseline(tmp_path):
 
 
 def test_a_run_on_a_busy_host_says_so():
-    from zoo.benchmarks.report import busy_host_warning
+    from benchmarks.report import busy_host_warning
 
     def run(spread):
         return {"calibration": {"method": "m", "float32": {"spread": spread}}, "records": []}

@@ -1,12 +1,12 @@
-"""zoo/core/checkpoint.check_writable: a checkpoint location that cannot be written fails in
+"""core/checkpoint.check_writable: a checkpoint location that cannot be written fails in
 one line, in seconds, before anything is built."""
 
 import time
 
 import pytest
 
-from zoo.core.checkpoint import CheckpointError, check_writable
-from zoo.core.store import PROBE_TIMEOUT_S
+from core.store.checkpoint import CheckpointError, check_writable
+from core.store.location import PROBE_TIMEOUT_S
 
 
 def test_a_bucket_out_of_reach_fails_in_seconds_and_quietly(capfd):

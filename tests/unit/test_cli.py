@@ -4,7 +4,7 @@ import sys
 
 from click.testing import CliRunner
 
-from zoo.tools.cli import cli
+from tools.cli import cli
 
 
 def test_help_lists_only_working_commands():
@@ -15,14 +15,14 @@ def test_help_lists_only_working_commands():
 
 
 def test_help_does_not_import_torch():
-    code = "import sys; from zoo.tools.cli import cli; assert 'torch' not in sys.modules"
+    code = "import sys; from tools.cli import cli; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def zoo(*args, devices=8):
     env = {**os.environ, "PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": str(devices)}
     return subprocess.run(
-        [sys.executable, "-c", "from zoo.tools.cli import main; main()", *args],
+        [sys.executable, "-c", "from tools.cli import main; main()", *args],
         env=env,
         capture_output=True,
         text=True,
@@ -49,7 +49,7 @@ def test_doctor_bad_mesh_is_one_line_and_nonzero():
 
 def test_no_tensorflow_warning_from_flax_reaches_the_user():
     """torchax imports flax, whose flax.io warns that TensorFlow is missing."""
-    result = subprocess.run([sys.executable, "-c", "import zoo.tools.cli, torchax"],
+    result = subprocess.run([sys.executable, "-c", "import tools.cli, torchax"],
                             capture_output=True, text=True,
                             env={**os.environ, "PJRT_DEVICE": "CPU"})
     assert result.returncode == 0, result.stderr

@@ -4,9 +4,9 @@ import enum
 import pytest
 import yaml
 
-from zoo.core.config import ConfigError, load, write_resolved
-from zoo.core.mesh import MeshConfig
-from zoo.core.remat import RematConfig
+from core.config import ConfigError, load, write_resolved
+from core.mesh import MeshConfig
+from core.remat import RematConfig
 
 
 class Precision(enum.Enum):

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from zoo.core.backends.xla import cpu_peak
+from core.backends.xla import cpu_peak
 
 
 @pytest.fixture

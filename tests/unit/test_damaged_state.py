@@ -6,8 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from zoo.core.errors import UserError
-from zoo.core.metrics import _drop_records_after, wandb_run_id
+from core.errors import UserError
+from core.metrics import _drop_records_after, wandb_run_id
 from zoo.tasks import token_cache
 
 

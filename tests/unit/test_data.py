@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from zoo.core import data
-from zoo.core.data import load_tokenizer
-from zoo.core.errors import UserError
+from core import data
+from core.data import load_tokenizer
+from core.errors import UserError
 from zoo.tasks import packed_text
 from zoo.tasks.packed_text import DataConfig, TokenBatches, describe
 
@@ -86,7 +86,7 @@ def test_tokenizer_folder_is_small_and_loads_with_auto_tokenizer():
     sys.version_info[:2] != (3, 11), reason="shipped tokenizer was trained on 3.11's help topics"
 )
 def test_build_script_reproduces_the_shipped_tokenizer(tok):
-    from zoo.core.assets import make_tokenizer
+    from core.assets import make_tokenizer
 
     rebuilt = make_tokenizer.build(data.default_documents())
     assert rebuilt.get_vocab() == tok.backend_tokenizer.get_vocab()

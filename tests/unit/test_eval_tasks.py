@@ -4,15 +4,15 @@ from pathlib import Path
 
 import pytest
 
-from zoo.core.errors import UserError
-from zoo.eval.tasks_check import TASKS_DIR, declared_task_names, resolve_tasks
+from core.errors import UserError
+from eval.tasks_check import TASKS_DIR, declared_task_names, resolve_tasks
 
 
 def heldout_folder(folder: Path) -> Path:
     """arc_easy_sample under another task name, in a file named after neither."""
     text = (TASKS_DIR / "arc_easy_sample.yaml").read_text()
     text = text.replace("task: arc_easy_sample", "task: heldout_arc")
-    text = text.replace("zoo/eval/tasks/data/", f"{TASKS_DIR}/data/")
+    text = text.replace("eval/tasks/data/", f"{TASKS_DIR}/data/")
     (folder / "heldout.yaml").write_text(text)
     (folder / "base.yaml").write_text("output_type: multiple_choice\n")  # included, no task
     return folder

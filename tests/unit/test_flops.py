@@ -11,8 +11,8 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from zoo.app.run import resolve_run
-from zoo.models.llama.config import LlamaConfig
-from zoo.models.llama.family import FAMILY, forward_flops
+from zoo.llama.config import LlamaConfig
+from zoo.llama.family import FAMILY, forward_flops
 
 CONFIGS = {
     "mha": LlamaConfig(vocab_size=512, hidden_size=64, intermediate_size=160,

@@ -6,12 +6,12 @@ import re
 
 import pytest
 
+from core.errors import UserError
+from core.optim import OptimConfig, ScheduleConfig
 from zoo.app.generate import check_positions, check_sampling
 from zoo.app.run import resolve_run
 from zoo.app.scaffold import check_not_shadowing
-from zoo.core.errors import UserError
-from zoo.core.optim import OptimConfig, ScheduleConfig
-from zoo.models.llama.config import LlamaConfig
+from zoo.llama.config import LlamaConfig
 
 
 @pytest.mark.parametrize("fields, message", [

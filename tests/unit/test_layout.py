@@ -1,21 +1,26 @@
-"""The package's shape, read from its sources (every import, lazy ones too): imports point
-down the layers, no cycles, and torch_xla is imported in one folder only, the xla
-backend's, so the rest of zoo runs without it (the dtensor backend)."""
+"""The project's shape, read from its sources (every import, lazy ones too): imports point
+down the floors at every depth, no private name crosses a module, and torch_xla is imported
+in one folder only, the xla backend's, so the rest of zoo runs without it (the dtensor
+backend). The top floors are the design card's; inside a package its rooms (the modules and
+folders beside each other) import each other without a cycle, so an order exists in which
+every import points down."""
 
 import ast
+from pathlib import Path
 
 from tests.support.paths import ROOT
 
-# lower first: a module may import its own layer or a lower one
-LAYERS = ("zoo.core", "zoo.tasks", "zoo.models", "zoo.app", ("zoo.benchmarks", "zoo.eval"),
-          "zoo.tools")
-XLA_FOLDER = ROOT / "zoo" / "core" / "backends" / "xla"
+# lower first: a module may import its own floor or a lower one; a module's floor is that of
+# the longest name here that prefixes it (zoo.tasks.x is on zoo.tasks', zoo.llama.x on zoo's)
+LAYERS = ("core", "zoo.tasks", "zoo", "zoo.app", ("benchmarks", "eval"), "tools")
+PACKAGES = ("core", "zoo", "benchmarks", "eval", "tools")
+XLA_FOLDER = ROOT / "core" / "backends" / "xla"
 
 
-def modules() -> dict[str, object]:
-    """Every module of the package by its name, which its path spells."""
+def modules() -> dict[str, Path]:
+    """Every module of the project's packages by its name, which its path spells."""
     found = {}
-    for path in (ROOT / "zoo").rglob("*.py"):
+    for path in (p for package in PACKAGES for p in (ROOT / package).rglob("*.py")):
         parts = [p for p in path.relative_to(ROOT).with_suffix("").parts if p != "__init__"]
         # the scaffold's source is not a module of zoo, nor is what a hidden folder holds
         if "_template" not in parts and not any(p.startswith(".") for p in parts):
@@ -23,22 +28,25 @@ def modules() -> dict[str, object]:
     return found
 
 
-def imports(path) -> list[str]:
-    names = []
+def imported_names(path: Path) -> list[tuple[str, str | None]]:
+    """(module, name) for each `import module` and `from module import name`."""
+    found = []
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
-            names += [alias.name for alias in node.names]
+            found += [(alias.name, None) for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            names += [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
-    return names
+            found += [(node.module, alias.name) for alias in node.names]
+    return found
 
 
 def graph() -> dict[str, set[str]]:
+    """module -> the project's modules it imports (`from core import mesh` is core.mesh)."""
     known = modules()
     edges = {}
     for name, path in known.items():
         targets = set()
-        for imported in imports(path):
+        for module, attribute in imported_names(path):
+            imported = f"{module}.{attribute}" if f"{module}.{attribute}" in known else module
             while imported and imported not in known:
                 imported = imported.rpartition(".")[0]
             if imported and imported != name:
@@ -48,42 +56,82 @@ def graph() -> dict[str, set[str]]:
 
 
 def layer(module: str) -> int:
-    """The module's floor; the namespace root `zoo` (which imports nothing) is the ground."""
-    if module == "zoo":
-        return -1
-    for index, names in enumerate(LAYERS):
-        names = names if isinstance(names, tuple) else (names,)
-        if any(module == n or module.startswith(n + ".") for n in names):
-            return index
-    raise AssertionError(f"{module} is in no layer: add its folder to LAYERS")
+    """The module's floor: that of the longest LAYERS name prefixing it."""
+    floors = {name: index for index, names in enumerate(LAYERS)
+              for name in (names if isinstance(names, tuple) else (names,))}
+    owners = [n for n in floors if module == n or module.startswith(n + ".")]
+    assert owners, f"{module} is in no layer: add its folder to LAYERS"
+    return floors[max(owners, key=len)]
 
 
-def test_imports_point_down_the_layers():
+def cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of the graph, or None."""
+    done, found = set(), []
+
+    def visit(node, path):
+        if node in path:
+            found.append(path[path.index(node):] + [node])
+        elif node not in done:
+            for target in sorted(edges.get(node, ())):
+                visit(target, path + [node])
+            done.add(node)
+
+    for node in sorted(edges):
+        visit(node, [])
+    return found[0] if found else None
+
+
+def rooms_of(package: str, edges: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The imports between the rooms of one package (a room: a module or folder in it; an
+    import from anywhere inside a room is the room's). A package's own __init__ may import its
+    rooms (it is their door), and a room may not import the package's door."""
+    def room(module):
+        if not module.startswith(package + "."):
+            return None
+        return package + "." + module[len(package) + 1:].split(".")[0]
+
+    between = {}
+    for source, targets in edges.items():
+        here = room(source)
+        if here is not None:
+            between.setdefault(here, set()).update(
+                there for there in map(room, targets) if there not in (None, here))
+    return between
+
+
+def test_imports_point_down_the_floors():
     upward = [(a, b) for a, targets in graph().items() for b in targets if layer(b) > layer(a)]
     assert not upward, upward
 
 
-def test_no_import_cycle():
-    edges, seen, cycles = graph(), set(), []
+def test_no_room_imports_its_own_package_door():
+    doors = [(a, b) for a, targets in graph().items() for b in targets
+             if a.startswith(b + ".") and modules()[b].name == "__init__.py"]
+    assert not doors, doors
 
-    def visit(module, path):
-        if module in path:
-            cycles.append(path[path.index(module):] + [module])
-            return
-        if module in seen:
-            return
-        for target in sorted(edges[module]):
-            visit(target, path + [module])
-        seen.add(module)
 
-    for module in sorted(edges):
-        visit(module, [])
-    assert not cycles, cycles[0]
+def test_no_cycle_between_rooms_at_any_depth():
+    edges = graph()
+    packages = {name for name, path in modules().items() if path.name == "__init__.py"}
+    found = {package: cycle(rooms_of(package, edges)) for package in sorted(packages)}
+    assert not any(found.values()), {p: c for p, c in found.items() if c}
+    assert cycle(edges) is None, cycle(edges)
+
+
+def test_no_private_name_crosses_a_module():
+    known = modules()
+    crossing = sorted(
+        f"{name} imports {module}.{attribute}"
+        for name, path in known.items()
+        for module, attribute in imported_names(path)
+        if module.split(".")[0] in PACKAGES and attribute and attribute.startswith("_")
+        and f"{module}.{attribute}" not in known)
+    assert not crossing, crossing
 
 
 def test_torch_xla_is_imported_in_the_xla_backend_only():
     outside = sorted(
         str(path.relative_to(ROOT)) for path in modules().values()
         if not path.is_relative_to(XLA_FOLDER)
-        and any(name.split(".")[0] == "torch_xla" for name in imports(path)))
+        and any(module.split(".")[0] == "torch_xla" for module, _ in imported_names(path)))
     assert not outside, outside

@@ -5,8 +5,8 @@ import dataclasses
 import pytest
 import torch
 
-from zoo.models.llama.config import LlamaConfig
-from zoo.models.llama.model import LlamaForCausalLM
+from zoo.llama.config import LlamaConfig
+from zoo.llama.model import LlamaForCausalLM
 from zoo.tasks.causal_lm import causal_lm_loss, loss_chunks, next_token_loss
 
 

@@ -1,4 +1,4 @@
-"""zoo/core/location_lease.py: a checkpoint location has one owning run and one writing
+"""core/store/lease.py: a checkpoint location has one owning run and one writing
 process; leases of processes that are gone are taken over, live ones refused."""
 
 import json
@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from zoo.core.errors import UserError
-from zoo.core.location_lease import LEASE_FILE, OWNER_FILE, RunIdentity, check_owner, leased
-from zoo.core.store import Store
+from core.errors import UserError
+from core.store.lease import LEASE_FILE, OWNER_FILE, RunIdentity, check_owner, leased
+from core.store.location import Store
 
 ME = RunIdentity(run_id="run-a", model_name="llama-tiny", family="llama", out="/runs/a")
 

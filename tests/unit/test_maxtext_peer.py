@@ -3,9 +3,9 @@ itself: tests/e2e/test_bench.py, slow)."""
 
 import pytest
 
-from zoo.benchmarks import maxtext
-from zoo.benchmarks.suite import Entry, load_suite
-from zoo.core.errors import UserError
+from benchmarks import maxtext
+from benchmarks.suite import Entry, load_suite
+from core.errors import UserError
 
 LOG = """\
 W1124 dispatch.py:236] Finished XLA compilation of jit(<lambda>) in 1.391520262 sec

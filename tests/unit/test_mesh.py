@@ -1,13 +1,13 @@
 import pytest
 
-from zoo.core.mesh import (
+from core.mesh import (
     MeshConfig,
     MeshError,
     for_slices,
     resolve_axis_sizes,
     slice_major_device_ids,
 )
-from zoo.core.topology import parse
+from core.topology import parse
 
 
 def test_fsdp_defaults_to_all_devices():

@@ -1,8 +1,8 @@
-"""zoo/core/nan_guard.py: a bad step is undone in the graph (skip) or named (stop)."""
+"""core/nan_guard.py: a bad step is undone in the graph (skip) or named (stop)."""
 
 import torch
 
-from zoo.core.nan_guard import describe_non_finite, undone_unless, weights_finite
+from core.nan_guard import describe_non_finite, undone_unless, weights_finite
 
 
 def test_a_step_is_undone_only_where_it_was_not_finite():

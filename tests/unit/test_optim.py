@@ -1,10 +1,10 @@
-"""LazyTracedAdamW (zoo/core/optim.py) is torch's AdamW: same parameters, same state, same
+"""LazyTracedAdamW (core/optim.py) is torch's AdamW: same parameters, same state, same
 checkpoints; only the ops its update is written in differ."""
 
 import pytest
 import torch
 
-from zoo.core.optim import LazyTracedAdamW
+from core.optim import LazyTracedAdamW
 
 SHAPES = [(8, 4), (4,), (3, 5, 2)]
 

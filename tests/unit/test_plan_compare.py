@@ -5,22 +5,21 @@ CLI's one-line refusals (the compile itself: tests/e2e/test_plan_compare.py, slo
 import pytest
 from click.testing import CliRunner
 
-from zoo.app.plan import make_plan
-from zoo.app.run import resolve_run
-from zoo.benchmarks.maxtext_keys import maxtext_keys, remat_keys
-from zoo.benchmarks.plan_compare import Comparison
-from zoo.benchmarks.plan_compare_table import describe, table_rows
-from zoo.core.errors import UserError
-from zoo.core.step_model import LABEL, project
-from zoo.core.topology import parse
-from zoo.core.tpu_compile import (
+from benchmarks.maxtext_keys import maxtext_keys, remat_keys
+from benchmarks.plan.analytic import make_plan
+from benchmarks.plan.compare import Comparison
+from benchmarks.plan.compare_table import describe, table_rows
+from benchmarks.plan.step_model import LABEL, project
+from benchmarks.plan.tpu_compile import (
     CompiledStep,
-    OutOfMemory,
     count_collectives,
     count_matmul_flops,
-    parse_out_of_memory,
 )
-from zoo.tools.cli import cli
+from core.errors import UserError
+from core.out_of_memory import OutOfMemory, parse_out_of_memory
+from core.topology import parse
+from tools.cli import cli
+from zoo.app.run import resolve_run
 
 GiB = 2**30
 

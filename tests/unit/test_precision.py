@@ -1,10 +1,10 @@
-"""The precision policy (zoo/core/precision.py): bf16 compute on bf16 copies of fp32 masters."""
+"""The precision policy (core/precision.py): bf16 compute on bf16 copies of fp32 masters."""
 
 import torch
 
-from zoo.core.precision import compute_in
-from zoo.models.llama.config import LlamaConfig
-from zoo.models.llama.model import LlamaForCausalLM
+from core.precision import compute_in
+from zoo.llama.config import LlamaConfig
+from zoo.llama.model import LlamaForCausalLM
 from zoo.tasks.causal_lm import next_token_loss
 
 STEPS = 200

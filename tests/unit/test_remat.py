@@ -3,8 +3,8 @@
 import pytest
 import torch
 
+from core.remat import RematConfig, RematError, apply_remat
 from tests.support.toy_model import SEQ, VOCAB, ToyModel
-from zoo.core.remat import RematConfig, RematError, apply_remat
 
 
 def loss_and_grads(remat: RematConfig):
@@ -49,7 +49,7 @@ def test_offload_is_refused_off_a_tpu_in_one_line():
 
 def layer(x, w_in, w_out):
     """A layer with one named tensor (as llama names its query projection)."""
-    from zoo.core.remat import checkpoint_name
+    from core.remat import checkpoint_name
 
     hidden = checkpoint_name(checkpoint_name(x, "decoder_layer_input") @ w_in, "query_proj")
     return x + torch.nn.functional.silu(hidden) @ w_out
@@ -60,7 +60,7 @@ def partitioned(policy, device="cpu"):
     under a scan policy."""
     from functorch.compile import aot_function, make_boxed_func
 
-    from zoo.core.remat import SCAN_POLICIES
+    from core.remat import SCAN_POLICIES
 
     graphs = {}
 

@@ -1,11 +1,11 @@
-"""zoo/core/run_home.RunHome: a run folder in a bucket is worked in a local copy that starts
+"""core/run_home.RunHome: a run folder in a bucket is worked in a local copy that starts
 from what the run continues and pushes back only what changed (file:// stands in for gs://)."""
 
 import os
 
 import pytest
 
-from zoo.core.run_home import CONTINUED, RunHome
+from core.store.run_home import CONTINUED, RunHome
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from zoo.core.errors import UserError
-from zoo.core.run_folder import RunFolder
+from core.errors import UserError
+from core.store.run_folder import RunFolder
 
 
 def dead_pid() -> int:

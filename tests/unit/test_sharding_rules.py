@@ -2,14 +2,14 @@
 
 import pytest
 
-from tests.support.toy_model import ToyModel
-from zoo.core.sharding import (
+from core.sharding import (
     ShardingError,
     ShardingRules,
     format_plan,
     match_activations,
     plan_params,
 )
+from tests.support.toy_model import ToyModel
 
 MESH = {"data": 1, "fsdp": 4, "sequence": 1, "expert": 1, "tensor": 2}
 
@@ -103,7 +103,7 @@ def test_malformed_rule_files(data, message):
 
 
 def test_logical_batch_axis_is_the_inputs_batch_axes():
-    from zoo.core.inputs import batch_spec
+    from core.inputs import batch_spec
 
     parsed = rules(FULL, {"layers.*": ["batch", None], "layers.*.up": ["batch_beside_experts"]})
     assert parsed.activations[0].spec == (("data", "fsdp", "expert"), None)

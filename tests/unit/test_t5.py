@@ -6,7 +6,7 @@ from zoo.tasks.seq2seq import PairBatches, Seq2SeqTrainConfig, encode
 
 
 def test_pairs_are_encoded_with_eos_padding_and_masked_labels():
-    from zoo.core.data import load_tokenizer
+    from core.data import load_tokenizer
 
     tokenizer = load_tokenizer("default")
     rows = encode(["reverse: apple stone", "x " * 50], tokenizer, 8)

@@ -3,8 +3,8 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from zoo.core.topology import TopologyError, parse
-from zoo.tools.cli import cli
+from core.topology import TopologyError, parse
+from tools.cli import cli
 
 TiB = 2**40
 GiB = 2**30

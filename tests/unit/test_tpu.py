@@ -34,7 +34,7 @@ def fake(tmp_path, monkeypatch):
         root = tmp_path / "workers" / "node"
 
         def zoo(self, *args, timeout=120):
-            return subprocess.run([sys.executable, "-c", "from zoo.tools.cli import main; main()",
+            return subprocess.run([sys.executable, "-c", "from tools.cli import main; main()",
                                    *args], env=env, capture_output=True, text=True,
                                   timeout=timeout)
 
@@ -82,8 +82,8 @@ def test_sync_ships_the_tree_without_git_venv_or_runs(fake):
     assert result.returncode == 0, result.stderr
     for worker in (0, 1):
         home = fake.root / f"worker-{worker}" / "zoo"
-        assert (home / "README.md").is_file() and (home / "zoo" / "tools" / "cli.py").is_file()
-        assert (home / "zoo" / "eval" / "tasks" / "data" / "arc_easy_sample.jsonl").is_file()
+        assert (home / "README.md").is_file() and (home / "tools" / "cli.py").is_file()
+        assert (home / "eval" / "tasks" / "data" / "arc_easy_sample.jsonl").is_file()
         assert not (home / ".git").exists() and not (home / ".venv").exists()
         assert not (home / "build").exists() and not list(home.glob("*.egg-info"))
     scp = next(c for c in fake.calls() if c[3] == "scp")
@@ -222,16 +222,16 @@ def test_babysit_restarts_every_slice_when_one_is_preempted(fake, tmp_path):
 
 def test_sync_leaves_out_installs_builds_and_run_output_but_ships_data_deeper(tmp_path):
     """On a synthetic tree (a fresh clone has no build/ or egg-info to leave out)."""
-    from zoo.tools.tpu import repo_files
+    from tools.tpu import repo_files
 
-    for path in ("README.md", "zoo/eval/tasks/data/arc.jsonl", "zoo/runs/keep.py",
+    for path in ("README.md", "eval/tasks/data/arc.jsonl", "zoo/runs/keep.py",
                  "build/lib/zoo/old.py", "zoo.egg-info/PKG-INFO", "runs/r/metrics.jsonl",
-                 "data/shard.bin", ".venv/bin/python", ".git/HEAD", "zoo/core/__pycache__/a.pyc",
+                 "data/shard.bin", ".venv/bin/python", ".git/HEAD", "core/__pycache__/a.pyc",
                  "checkpoints/step-1/x", "model.safetensors.partial", ".zoo-run/log"):
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / path).write_text("x")
     shipped = {str(p.relative_to(tmp_path)) for p in repo_files(tmp_path)}
-    assert shipped == {"README.md", "zoo/eval/tasks/data/arc.jsonl", "zoo/runs/keep.py"}
+    assert shipped == {"README.md", "eval/tasks/data/arc.jsonl", "zoo/runs/keep.py"}
 
 
 def test_train_on_slices_checks_every_slice_and_starts_each_with_its_settings(fake):

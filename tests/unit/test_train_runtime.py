@@ -4,9 +4,9 @@ import os
 
 import pytest
 
+from core.errors import UserError
+from core.topology import parse
 from zoo.app import train
-from zoo.core.errors import UserError
-from zoo.core.topology import parse
 
 
 def test_cpu_slices_set_the_virtual_device_count(monkeypatch):
@@ -54,7 +54,7 @@ def test_a_step_the_tpu_compiler_refuses_for_memory_stops_in_one_line(monkeypatc
     import sys
     import types
 
-    from zoo.core.backends.xla import _sync_step
+    from core.backends.xla import _sync_step
 
     def sync():
         raise RuntimeError(message)

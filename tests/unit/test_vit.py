@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from tests.support.runs import zoo
-from zoo.models.vit.family import forward_flops
 from zoo.tasks.images import ImageBatches, ImageDataConfig, load_splits
+from zoo.vit.family import forward_flops
 
 
 def test_flops_count_patch_embedding_layers_and_classifier():

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from zoo.core.errors import UserError
+from core.errors import UserError
 
 
 def load_for_generation(path: str | Path, prompt: str = "", max_new_tokens: int = 0):
@@ -20,9 +20,9 @@ def load_for_generation(path: str | Path, prompt: str = "", max_new_tokens: int 
     family's transformers class where it has one, else its own model. Before any weights are
     read, refused unless the model makes text and has positions for the prompt and
     `max_new_tokens` more."""
+    from core.data import load_tokenizer
+    from core.store.checkpoint import load_checkpoint
     from zoo.app.saved_run import checkpoint_of, load_run
-    from zoo.core.checkpoint import load_checkpoint
-    from zoo.core.data import load_tokenizer
 
     run, _ = load_run(path)
     family, cfg = run.family, run.config

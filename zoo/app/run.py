@@ -9,12 +9,12 @@ from __future__ import annotations
 import copy
 import dataclasses
 
-from zoo.core import config as config_lib
-from zoo.core import topology as topology_lib
-from zoo.core.mesh import for_slices, resolve_axis_sizes
-from zoo.core.remat import RematConfig
-from zoo.core.sharding import ShardingRules
-from zoo.models.registry import ModelFamily, resolve
+from core import config as config_lib
+from core import topology as topology_lib
+from core.mesh import for_slices, resolve_axis_sizes
+from core.remat import RematConfig
+from core.sharding import ShardingRules
+from zoo.registry import ModelFamily, resolve
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +82,6 @@ def default_global_batch(configured: int, mesh: dict[str, int]) -> int:
     """The config's default batch (a CPU-sized 8 or 32), raised to one example per
     data-parallel device on a slice with more: a smaller batch leaves XLA padding every
     device's share, compute spent on nothing (and a slow, odd SPMD program)."""
-    from zoo.core.inputs import batch_devices
+    from core.inputs import batch_devices
 
     return max(configured, batch_devices(mesh))

@@ -1,4 +1,4 @@
-"""Finding things in run folders (layout: zoo/core/run_folder.py) and in checkpoint locations
+"""Finding things in run folders (layout: core/store/run_folder.py) and in checkpoint locations
 elsewhere (`checkpoint_dir`, e.g. gs://bucket/run), which keep a copy of the run's config as
 `run-config.yaml` so a checkpoint there can be exported or sampled on its own."""
 
@@ -7,13 +7,13 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from core.config import parse_yaml
+from core.errors import UserError
+from core.store.checkpoint import complete_steps
+from core.store.location import Store, answered, reason
+from core.store.run_folder import LOCATION_CONFIG, RUN_CONFIG, step_dir_name, step_of
+from core.store.run_home import RunHome
 from zoo.app.run import Run, resolve_run
-from zoo.core.checkpoint import complete_steps
-from zoo.core.config import parse_yaml
-from zoo.core.errors import UserError
-from zoo.core.run_folder import LOCATION_CONFIG, RUN_CONFIG, step_dir_name, step_of
-from zoo.core.run_home import RunHome
-from zoo.core.store import Store, answered, reason
 
 
 def load_run(path: str | Path) -> tuple[Run, RunHome]:

@@ -1,5 +1,5 @@
-"""`zoo new-model NAME`: a new family folder from the template (zoo/models/_template) that trains
-and passes the conformance suite before you change anything. A folder in zoo/models/ is found by
+"""`zoo new-model NAME`: a new family folder from the template (zoo/_template) that trains
+and passes the conformance suite before you change anything. A folder in zoo/ is found by
 the registry as it is; one elsewhere is registered with ZOO_FAMILIES or an entry point."""
 
 from __future__ import annotations
@@ -11,11 +11,13 @@ import shutil
 import sys
 from pathlib import Path
 
-from zoo.core.errors import UserError
-from zoo.models.registry import FAMILIES
+from core.errors import UserError
+from zoo.registry import FAMILIES
 
-FAMILIES_DIR = Path(__file__).resolve().parents[1] / "models"
+FAMILIES_DIR = Path(__file__).resolve().parents[1]
 TEMPLATE = FAMILIES_DIR / "_template"
+# the project's other top-level packages: a family named so would read as one of them
+PROJECT_PACKAGES = ("zoo", "core", "benchmarks", "eval", "tools")
 
 
 def camel(name: str) -> str:
@@ -23,23 +25,22 @@ def camel(name: str) -> str:
 
 
 def check_not_shadowing(name: str) -> None:
-    """Refuse a name whose package would shadow another or read as one: zoo/models/registry
-    beside zoo.models.registry breaks every import of the zoo (`zoo models` first), a family
-    called `core` reads as zoo.core, a standard-library name breaks imports wherever the
+    """Refuse a name whose package would shadow another or read as one: zoo/registry
+    beside zoo.registry breaks every import of the zoo (`zoo models` first), a family
+    called `core` reads as the runtime, a standard-library name breaks imports wherever the
     family's parent folder is on the path, and a keyword cannot be imported."""
     if keyword.iskeyword(name):
         raise UserError(f"model family name '{name}' is a Python keyword; choose another name")
     if name in sys.stdlib_module_names:
         raise UserError(f"model family name '{name}' is a Python standard-library module; "
                         "choose another name")
-    if name == "zoo" or any(importlib.util.find_spec(f"{package}.{name}") is not None
-                            for package in ("zoo", "zoo.models")):
+    if name in PROJECT_PACKAGES or importlib.util.find_spec(f"zoo.{name}") is not None:
         raise UserError(f"model family name '{name}' is already a zoo package or module; "
                         "choose another name")
 
 
 def scaffold(name: str, parent: Path | None = None) -> Path:
-    """Copy the template to PARENT/NAME (default: zoo/models/NAME)."""
+    """Copy the template to PARENT/NAME (default: zoo/NAME)."""
     if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
         raise UserError(
             f"model family name '{name}' must be lowercase letters, digits and underscores "

@@ -8,12 +8,12 @@ import contextlib
 import dataclasses
 import os
 
+from core import config as config_lib
+from core import runtime, topology
+from core.errors import UserError
+from core.store.run_folder import RUN_ID, RunFolder
 from zoo.app.run import Run
-from zoo.core import config as config_lib
-from zoo.core import runtime, topology
-from zoo.core.errors import UserError
-from zoo.core.run_folder import RUN_ID, RunFolder
-from zoo.models.registry import ModelFamily
+from zoo.registry import ModelFamily
 
 
 def select_runtime(topo: topology.Topology) -> topology.Topology:
@@ -51,9 +51,9 @@ def check_resumable(cfg) -> None:
     refused in one line."""
     import yaml
 
-    from zoo.core.checkpoint import complete_steps
-    from zoo.core.run_folder import CHECKPOINTS, RUN_CONFIG
-    from zoo.core.run_home import RunHome
+    from core.store.checkpoint import complete_steps
+    from core.store.run_folder import CHECKPOINTS, RUN_CONFIG
+    from core.store.run_home import RunHome
 
     home = RunHome(cfg.out)
     saved = home.read(RUN_CONFIG)
@@ -83,7 +83,7 @@ def check_resumable(cfg) -> None:
 
 def run_identity(cfg, family: ModelFamily, home, run_id: str | None):
     """Who this run is, as its checkpoint location records its owner."""
-    from zoo.core.location_lease import RunIdentity
+    from core.store.lease import RunIdentity
 
     return RunIdentity(run_id=run_id and run_id.strip(), model_name=cfg.model_name,
                        family=family.name,
@@ -93,12 +93,12 @@ def run_identity(cfg, family: ModelFamily, home, run_id: str | None):
 def build_engine(run: Run, build_model=None, force_resume: bool = False,
                  backend: str = "xla"):
     """(the run as trained, ready engine): runtime selected, model built, sharded and
-    remat'ed on `backend` (zoo/core/backends); a run folder holding another run's
+    remat'ed on `backend` (core/backends); a run folder holding another run's
     checkpoints is refused unless `force_resume`. The run's config gains what training
     reads from files: a Hugging Face architecture (`init_from`), the task's token ids.
 
     `build_model(config, seed)` replaces the family's model (the bench's HF peer)."""
-    from zoo.core import backends
+    from core import backends
 
     engine_backend = backends.get(backend)  # first: the dtensor backend's process group
     family, cfg = run.family, run.config
@@ -107,13 +107,13 @@ def build_engine(run: Run, build_model=None, force_resume: bool = False,
     if cfg.init_from:
         if family.load_hf is None:
             raise UserError(f"{family.name} cannot load Hugging Face checkpoints (--init-from)")
-        from zoo.core.hf import check_architecture
+        from core.hf import check_architecture
 
         check_architecture(cfg.init_from, family.hf_class)
         cfg = dataclasses.replace(cfg, model=family.config_from_hf(cfg.init_from))
     run = run.with_config(family.task.resolve(cfg))
     cfg = run.config
-    from zoo.core.checkpoint import check_writable
+    from core.store.checkpoint import check_writable
 
     # First: a bucket out of reach fails in seconds. One probe per machine: processes of
     # one machine share its disk, and one's clean-up would remove another's probe.
@@ -122,10 +122,10 @@ def build_engine(run: Run, build_model=None, force_resume: bool = False,
     if not force_resume:
         check_resumable(cfg)
     if backend == "xla":
-        from zoo.core.backends.xla.runtime import start
+        from core.backends.xla.runtime import start
 
         start()
-    from zoo.core.engine import Engine
+    from core.engine import Engine
 
     model = (build_model or family.build)(run.built_config.model, seed=cfg.seed)
     if cfg.init_from:
@@ -163,10 +163,10 @@ def _hold_run(cfg, home, family: ModelFamily, held: contextlib.ExitStack) -> Non
     while another run holds them), brings a run in a bucket into its local copy and writes
     the run's config; every host learns whether it did, so a refusal on the main host ends
     the others too instead of leaving them waiting for it."""
-    from zoo.core import hosts as hosts_lib
-    from zoo.core.location_lease import check_owner, leased
-    from zoo.core.run_folder import LOCATION_CONFIG
-    from zoo.core.store import Store
+    from core import hosts as hosts_lib
+    from core.store.lease import check_owner, leased
+    from core.store.location import Store
+    from core.store.run_folder import LOCATION_CONFIG
 
     hosts = hosts_lib.current()
     refusal = None

@@ -9,10 +9,10 @@ import math
 import torch
 import torch.nn.functional as F
 
-from zoo.core.data import check_vocab, load_tokenizer, local_files
-from zoo.core.engine import TrainConfig
-from zoo.core.mesh import check_divides
-from zoo.core.task import Task
+from core.data import check_vocab, load_tokenizer, local_files
+from core.engine import TrainConfig
+from core.mesh import check_divides
+from core.task import Task
 from zoo.tasks.packed_text import DataConfig, TokenBatches
 
 
@@ -58,7 +58,7 @@ def chunked_causal_lm_loss(hidden: torch.Tensor, head, labels: torch.Tensor,
     time, each slice's logits recomputed in backward (checkpointed), so only one slice's
     logits are ever held. Slices are strided (positions i, i + chunks, ...), so under
     context parallelism every device holds its share of each."""
-    from zoo.core.remat import checkpointed
+    from core.remat import checkpointed
 
     ignored = torch.full_like(labels[:, :1], -100)
     targets = torch.cat((labels[:, 1:], ignored), dim=1)  # position t predicts token t + 1

@@ -8,11 +8,11 @@ import dataclasses
 import torch
 import torch.nn.functional as F
 
-from zoo.core.engine import TrainConfig
-from zoo.core.errors import UserError
-from zoo.core.mesh import check_divides
-from zoo.core.optim import OptimConfig
-from zoo.core.task import Task
+from core.engine import TrainConfig
+from core.errors import UserError
+from core.mesh import check_divides
+from core.optim import OptimConfig
+from core.task import Task
 from zoo.tasks.images import (
     MEAN,
     STD,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from zoo.core.errors import UserError
+from core.errors import UserError
 
 
 def evaluate(checkpoint: Path, folder: Path, options: dict) -> tuple[list[tuple], dict]:

@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from zoo.core.data import EpochOrder, check_seed, host_rows
-from zoo.core.errors import UserError
-from zoo.core.inputs import host_batch_size
+from core.data import EpochOrder, check_seed, host_rows
+from core.errors import UserError
+from core.inputs import host_batch_size
 
 MEAN = STD = 0.5
 

@@ -28,8 +28,8 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from zoo.core import data
-from zoo.core.data import (
+from core import data
+from core.data import (
     BUILDERS,
     IGNORE_INDEX,
     DataError,
@@ -38,7 +38,7 @@ from zoo.core.data import (
     host_rows,
     load_tokenizer,
 )
-from zoo.core.inputs import host_batch_size
+from core.inputs import host_batch_size
 from zoo.tasks import token_cache
 
 
@@ -50,7 +50,7 @@ class DataConfig:
     text_field: str = "text"  # column holding the text (jsonl/json/parquet/hub)
     split: str = "train"  # local files are the "train" split; slices like train[:90%] work
     subset: str | None = None  # Hub dataset config name
-    tokenizer: str = "default"  # "default" = zoo/core/assets/tokenizer, a local dir or a Hub name
+    tokenizer: str = "default"  # "default" = core/assets/tokenizer, a local dir or a Hub name
     shuffle_seed: int = 0
     cache_dir: str | None = None  # tokenized sources; default $ZOO_CACHE or ~/.cache/zoo
     # read the source as a stream: documents are tokenized as they arrive and never held all

@@ -18,14 +18,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from zoo.core.config import check_sizes
-from zoo.core.data import IGNORE_INDEX, EpochOrder, check_seed, check_vocab, host_rows, load_table
-from zoo.core.engine import TrainConfig
-from zoo.core.errors import UserError
-from zoo.core.inputs import host_batch_size
-from zoo.core.mesh import check_divides
-from zoo.core.optim import OptimConfig
-from zoo.core.task import Task
+from core.config import check_sizes
+from core.data import IGNORE_INDEX, EpochOrder, check_seed, check_vocab, host_rows, load_table
+from core.engine import TrainConfig
+from core.errors import UserError
+from core.inputs import host_batch_size
+from core.mesh import check_divides
+from core.optim import OptimConfig
+from core.task import Task
 from zoo.tasks.causal_lm import check_source, tokenizer_for, with_token_ids
 
 WORDS = (
@@ -44,7 +44,7 @@ class Seq2SeqDataConfig:
     target_column: str = "target"
     split: str = "train"
     subset: str | None = None
-    tokenizer: str = "default"  # "default" = zoo/core/assets/tokenizer, a local dir or a Hub name
+    tokenizer: str = "default"  # "default" = core/assets/tokenizer, a local dir or a Hub name
     shuffle_seed: int = 0
 
     def __post_init__(self):

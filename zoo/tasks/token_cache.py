@@ -23,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from zoo.core.errors import UserError
-from zoo.core.store import cache_home
+from core.cache import cache_home
+from core.errors import UserError
 
 
 def cache_root(configured: str | None) -> Path:

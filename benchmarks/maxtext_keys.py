@@ -1,0 +1,113 @@
+"""A zoo run config in MaxText 0.2.5's config keys: the same model shapes, batch, sequence,
+mesh, remat, precision, attention and optimizer, so `zoo bench --compare maxtext` times and
+`zoo plan --compile --compare maxtext` compiles the same work. A setting that changes the
+program and has no MaxText counterpart is refused with its name, never dropped.
+"""
+
+from __future__ import annotations
+
+from core.errors import UserError
+from core.mesh import resolve_axis_sizes
+
+# zoo remat preset -> (MaxText remat_policy, scan_layers). MaxText wraps every decoder layer
+# in jax.checkpoint whatever the policy ('none' saves nothing, as 'full' does), so keeping
+# every activation has no exact counterpart: minimal_with_context saves every matmul output
+# and the attention output and recomputes only elementwise work (no matmul), as zoo's
+# unremated layers compute no matmul twice. scan_minimal, scan_save_qkv_proj and
+# scan_offload are MaxText's `minimal`, `save_qkv_proj` and `custom` with the decoder layer
+# input offloaded (everything else recomputed) by design.
+REMAT = {"none": ("minimal_with_context", False), "checkpoint": ("full", False),
+         "scan": ("minimal_with_context", True), "scan_checkpoint": ("full", True),
+         "scan_minimal": ("minimal", True), "scan_save_qkv_proj": ("save_qkv_proj", True),
+         "scan_offload": ("custom", True)}
+CUSTOM_POLICY = ["decoder_layer_input=offload"]  # MaxText's other named tensors: remat
+# zoo sharding preset -> the mesh axes it uses; each zoo axis is MaxText's ici_<axis>
+# axis (its logical rules put FSDP, Megatron tensor and expert shards where zoo's do)
+SHARDING_AXES = {"fsdp": ("data", "fsdp"), "fsdp_tensor": ("data", "fsdp", "tensor"),
+                 "fsdp_expert": ("data", "fsdp", "expert")}
+DECODER_BLOCKS = {"llama": "llama2", "mixtral": "mixtral"}
+OPTIMIZERS = ("adamw", "sgd")
+
+
+def maxtext_keys(family_name: str, cfg, topo) -> list[str]:
+    """MaxText `key=value` settings for run config `cfg` (a causal LM of `family_name`)
+    on slice `topo`; UserError naming the first setting MaxText cannot take."""
+    return [*model_keys(family_name, cfg.model), *batch_keys(cfg, topo.devices),
+            *mesh_keys(cfg, topo.devices), *remat_keys(cfg.remat),
+            f"dtype={'bfloat16' if cfg.runs_in_bf16(topo) else 'float32'}",
+            "weight_dtype=float32",  # zoo keeps fp32 master weights either way
+            f"attention={'flash' if cfg.model.uses_flash(topo.is_tpu) else 'dot_product'}",
+            *optimizer_keys(cfg.optim)]
+
+
+def model_keys(family_name: str, model) -> list[str]:
+    if family_name not in DECODER_BLOCKS:
+        raise UserError(f"MaxText has no counterpart of the {family_name} family here "
+                        f"(families that map: {', '.join(DECODER_BLOCKS)})")
+    keys = [
+        f"decoder_block={DECODER_BLOCKS[family_name]}",
+        f"base_emb_dim={model.hidden_size}",
+        f"base_mlp_dim={model.intermediate_size}",
+        f"base_num_decoder_layers={model.num_hidden_layers}",
+        f"base_num_query_heads={model.num_attention_heads}",
+        f"base_num_kv_heads={model.num_key_value_heads}",
+        f"head_dim={model.dim_per_head}",
+        f"vocab_size={model.vocab_size}",
+        f"logits_via_embedding={str(model.tie_word_embeddings).lower()}",
+        f"normalization_layer_epsilon={model.rms_norm_eps}",
+        f"rope_max_timescale={int(model.rope_theta)}",
+    ]
+    if family_name == "mixtral":
+        # capacity: GShard dispatch with token dropping per sequence, as zoo's; dense: every
+        # expert on every token (MaxText's dense einsums without a capacity)
+        capacity = model.capacity_factor if model.dispatch == "capacity" else -1.0
+        keys += [f"num_experts={model.num_local_experts}",
+                 f"num_experts_per_tok={model.num_experts_per_tok}",
+                 f"base_moe_mlp_dim={model.intermediate_size}",
+                 f"load_balance_loss_weight={model.router_aux_loss_coef}",
+                 "sparse_matmul=false", f"capacity_factor={capacity}"]
+    return keys
+
+
+def batch_keys(cfg, devices: int) -> list[str]:
+    """MaxText's batch is per device (every device of the slice) and per micro-batch."""
+    per_device = f"{cfg.global_batch_size / (devices * cfg.grad_accum):g}"
+    if int(devices * float(per_device)) * cfg.grad_accum != cfg.global_batch_size:
+        raise UserError(f"global_batch_size={cfg.global_batch_size} over {devices} devices "
+                        f"and grad_accum={cfg.grad_accum} is no per-device batch MaxText takes")
+    return [f"per_device_batch_size={per_device}",
+            f"gradient_accumulation_steps={cfg.grad_accum}", f"max_target_length={cfg.seq_len}"]
+
+
+def mesh_keys(cfg, devices: int) -> list[str]:
+    if cfg.sharding not in SHARDING_AXES:
+        raise UserError(f"sharding={cfg.sharding} has no MaxText counterpart here (presets "
+                        f"that map: {', '.join(SHARDING_AXES)})")
+    sizes = resolve_axis_sizes(cfg.mesh, devices)
+    stray = [axis for axis, size in sizes.items()
+             if size > 1 and axis not in SHARDING_AXES[cfg.sharding]]
+    if stray:
+        raise UserError(f"mesh.{stray[0]}={sizes[stray[0]]} under sharding={cfg.sharding} has "
+                        "no MaxText counterpart")
+    dcn = cfg.mesh.dcn
+    ici = [f"ici_{axis}_parallelism={sizes[axis] // dcn.get(axis, 1)}"
+           for axis in SHARDING_AXES[cfg.sharding]]
+    # MaxText's mesh axes each split into an ICI and a DCN degree, as zoo's (mesh.dcn)
+    return ici + [f"dcn_{axis}_parallelism={dcn.get(axis, 1)}"
+                  for axis in SHARDING_AXES[cfg.sharding] if dcn]
+
+
+def remat_keys(remat: str) -> list[str]:
+    if remat not in REMAT:
+        raise UserError(f"remat={remat} has no MaxText counterpart (presets that map: "
+                        f"{', '.join(REMAT)})")
+    policy, scan = REMAT[remat]
+    return [f"remat_policy={policy}", f"scan_layers={str(scan).lower()}",
+            *(CUSTOM_POLICY if policy == "custom" else [])]
+
+
+def optimizer_keys(optim) -> list[str]:
+    if optim.name not in OPTIMIZERS:
+        raise UserError(f"optim.name={optim.name} has no MaxText counterpart here "
+                        f"(optimizers that map: {', '.join(OPTIMIZERS)})")
+    return [f"opt_type={optim.name}", f"gradient_clipping_threshold={optim.grad_clip:g}"]

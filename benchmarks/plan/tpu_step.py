@@ -1,0 +1,419 @@
+"""`zoo plan --compile`: the exact train step `zoo train` would run on a slice (model,
+loss, backward, clipping, optimizer, schedule, grad accumulation; the same sharding and
+remat presets and precision), traced on as many virtual devices as the slice has with
+placeholders instead of tensors, then compiled by libtpu for the slice's topology."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import os
+import sys
+import time
+
+from benchmarks.plan.analytic import Plan, describe, make_plan
+from benchmarks.plan.step_model import project
+from benchmarks.plan.tpu_compile import CompiledStep
+from core import runtime, topology
+from core.errors import UserError
+from core.out_of_memory import FIT_ADVICE, OutOfMemory
+from zoo.app.run import Run
+
+
+def use_virtual_devices(topo: topology.Topology) -> None:
+    """XLA:CPU with one virtual device per device of the slice; must precede torch_xla."""
+    wanted = str(topo.devices)
+    if "torch_xla.runtime" in sys.modules:
+        from core.backends.xla.runtime import detect
+
+        info = detect()
+        if info.pjrt_device != "CPU" or info.device_count != topo.devices:
+            raise UserError(f"this process already runs XLA on other devices; plan "
+                            f"{topo.name} in a fresh process")
+        return
+    os.environ["PJRT_DEVICE"] = "CPU"
+    os.environ["CPU_NUM_DEVICES"] = wanted
+    runtime.configure()
+
+
+def trace_step_hlo(run: Run) -> tuple[str, str, int]:
+    """(HLO text of the run's sharded train step, attention it computes, bytes of its
+    inputs that are not planned placeholders), traced for the run's topology."""
+    use_virtual_devices(run.topology)
+    from benchmarks.plan.tpu_compile import tpu_devices
+    from core.backends.xla.pallas_tpu import pallas_lowering_for_tpu
+
+    with pallas_lowering_for_tpu(tpu_devices(run.topology)[0].client.platform_version):
+        return _trace(run)
+
+
+def _trace(run: Run) -> tuple[str, str, int]:
+    import torch
+
+    from core import backends
+    from core.backends.xla.runtime import start
+    from core.backends.xla.spmd import build_mesh, shard_activations
+    from core.backends.xla.trace import (
+        Placeholders,
+        follow_hoisted_placeholders,
+        hlo_sharding_text,
+        placeholder_batch,
+        placeholder_model,
+        placeholder_optimizer_state,
+        sharded_hlo_text,
+        state_tensors,
+        tensor_ids,
+    )
+    from core.inputs import batch_spec
+    from core.mesh import axis_sizes
+    from core.remat import apply_remat
+    from core.sharding import plan_params
+    from core.step import TrainStep
+
+    family, rules, topo = run.family, run.rules, run.topology
+    cfg = run.built_config
+    start()
+    mesh = build_mesh(cfg.mesh)
+    with torch.device("meta"):
+        model = family.build(cfg.model, init=False)
+    apply_remat(model, run.remat)
+    plan = plan_params(model, rules, axis_sizes(mesh))
+    holders = Placeholders()
+    placeholder_model(model, {p.name: p.spec for p in plan}, holders)
+    shard_activations(model, rules, mesh)
+    # compile-only devices cannot run gradient_accumulation's input syncs: unrolled here
+    step = TrainStep.around(model, cfg, family.task, backends.get("xla"), cfg.runs_in_bf16(topo),
+                            fill_state=lambda optimizer: placeholder_optimizer_state(optimizer,
+                                                                                     holders),
+                            accumulate_in_loop=False)
+    batch = placeholder_batch(family.task.example_batch(cfg),
+                              functools.partial(batch_spec, mesh_axes=axis_sizes(mesh)), holders)
+    updated = state_tensors(model, step.optimizer)
+    sources = tensor_ids(updated)
+    # the backward runs on the calling thread: torch's autograd engine keeps one queue per
+    # device, counted in 8 bits, and fails (INTERNAL ASSERT) past 127 virtual devices
+    with follow_hoisted_placeholders(holders), torch.autograd.set_multithreading_enabled(False):
+        metrics = step(batch)
+    outputs = [v for v in metrics.values() if isinstance(v, torch.Tensor)]
+    cache: dict = {}
+
+    def sharding(spec):
+        if spec not in cache:
+            cache[spec] = hlo_sharding_text(mesh, spec)
+        return cache[spec]
+
+    text, unplanned = sharded_hlo_text(outputs, updated, sources, holders, sharding)
+    return text, attention_kind(model), unplanned
+
+
+def attention_kind(model) -> str:
+    """'flash' when the model's attention layers run the Pallas kernel, else 'eager'."""
+    return "flash" if any(getattr(m, "use_flash", False) for m in model.modules()) else "eager"
+
+
+def executed_flops_per_step(family, cfg, remat, flash: bool) -> float:
+    """Matmul FLOPs of the whole step as it executes: forward and backward counted by
+    FlopCounterMode on the meta device with the run's remat preset applied, so every
+    checkpointed call runs its forward again in backward; scanned stacks run as their Python
+    loop, recomputing what their remat policy does not keep. Attention counts dense, as
+    eager attention computes it and as the flash kernels declare their cost; flash's
+    backward also recomputes the scores: 7 attention matmuls where eager's backward has 4."""
+    if not flash:
+        return _meta_train_step_flops(family, cfg, remat)
+    forward = family.forward_flops(cfg, causal=False)
+    attention = 2 * (forward - family.forward_flops(cfg, causal=True))  # dense, per item
+    items = family.task.items_per_step(cfg)
+    return _meta_train_step_flops(family, cfg, remat) + 1.5 * attention * items
+
+
+def _meta_train_step_flops(family, cfg, remat) -> float:
+    """FLOPs of the loss's forward and backward on a meta-device model (nothing allocated),
+    attention as plain matmuls (FlopCounterMode cannot see inside a flash kernel). The
+    step runs twice and the second run is counted: the first traces the scanned layers."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from core.remat import LayerStack, apply_remat
+
+    def forward(self, hidden, *extras):  # the scan path off XLA too (a family's own _scan)
+        return self._scan(hidden, extras) if self.scan else original_forward(self, hidden, *extras)
+
+    plain = {"attention": "plain"} if hasattr(cfg.model, "attention") else {}
+    with torch.device("meta"):
+        model = family.build(dataclasses.replace(cfg.model, **plain), init=False)
+    apply_remat(model, remat)
+    batch = {k: v.to("meta") for k, v in family.task.example_batch(cfg).items()}
+    counter = FlopCounterMode(display=False)
+    original_scan, original_forward = LayerStack._scan, LayerStack.forward
+    LayerStack._scan, LayerStack.forward = _partitioned_layers, forward
+    try:
+        for context in (contextlib.nullcontext(), counter):
+            with context:
+                loss, _ = family.task.loss(model, batch)
+                loss.backward()
+    finally:
+        LayerStack._scan, LayerStack.forward = original_scan, original_forward
+    return counter.get_total_flops()
+
+
+def _partitioned_layers(stack, hidden, extras):
+    """A scanned stack run eagerly, layer by layer, through the same AOTAutograd
+    partition torch_xla's scan compiles (its remat policy's, or keep-everything): backward
+    recomputes what the scan's backward recomputes, and nothing it leaves out."""
+    import torch
+    from functorch.compile import aot_function, default_partition, make_boxed_func
+
+    from core.remat import SCAN_POLICIES, LayerStack
+
+    step = stack.__dict__.get("_counted_step")
+    if step is None:
+        def keep(graph, _inputs):  # the graph's code, not the module: FlopCounterMode hooks
+            return make_boxed_func(graph.forward)  # module calls, which fail inside autograd
+
+        partition = SCAN_POLICIES[stack.scan_policy] if stack.scan_policy else default_partition
+        step = aot_function(functools.partial(LayerStack._layer_step, stack), fw_compiler=keep,
+                            bw_compiler=keep, partition_fn=partition)
+        stack.__dict__["_counted_step"] = step
+    weights = stack._stacked()
+    carry, per_layer = (hidden, *extras), []
+    for i in range(len(next(iter(weights.values())))):
+        carry, outputs = step(carry, {name: w[i] for name, w in weights.items()})
+        per_layer.append(outputs)
+    if per_layer[0] is None:
+        return carry[0]
+    return (carry[0], *(torch.stack(values) for values in zip(*per_layer, strict=True)))
+
+
+@dataclasses.dataclass
+class CompiledPlan:
+    """The analytic plan side by side with what libtpu compiled for the slice."""
+
+    analytic: Plan
+    compiled: CompiledStep | OutOfMemory
+    attention: str  # what the compiled program computes attention with
+    executed_flops_per_chip: float  # analytic, with recompute and attention as executed
+    trace_seconds: float
+    target: dict  # the compiler's topology arguments
+    unplanned_input_bytes: int = 0  # step inputs that are not placeholders (unsharded)
+
+    @property
+    def hbm_bytes(self) -> int:
+        return self.analytic.hbm_bytes
+
+    @property
+    def fits(self) -> bool:
+        """The compiler decides: it refused the program, or its per-chip total (arguments
+        included, which its own check leaves out) exceeds the chip's HBM."""
+        step = self.compiled
+        return isinstance(step, CompiledStep) and step.total_bytes <= self.hbm_bytes
+
+    def record(self) -> dict:
+        """The `--json` record: every number the console shows."""
+        plan, step, topo = self.analytic, self.compiled, self.analytic.topology
+        record = {
+            "model": plan.model,
+            "slice": topo.name,
+            "chips": topo.chips,
+            "hosts": topo.hosts,
+            "compile_target": {**self.target, "wrap": list(self.target["wrap"]),
+                               "chips_per_host_bounds": list(self.target["chips_per_host_bounds"])},
+            "mesh": plan.mesh,
+            "attention": self.attention,
+            "fits": self.fits,
+            "fits_analytic": plan.fits,
+            "compile_seconds": step.compile_seconds,
+            "trace_seconds": self.trace_seconds,
+            "unplanned_input_bytes": self.unplanned_input_bytes,
+        }
+        analytic_hbm = {**plan.terms, "total": plan.total}
+        model_flops = plan.flops_per_step / topo.chips
+        flops = {"analytic_executed": self.executed_flops_per_chip,
+                 "analytic_model": model_flops}
+        if isinstance(step, OutOfMemory):
+            return {**record,
+                    "hbm_per_chip": {"chip": self.hbm_bytes, "analytic": analytic_hbm,
+                                     "compiled": {"refused": True,
+                                                  "program_at_least": step.program_bytes,
+                                                  "usable": step.usable_bytes,
+                                                  "largest_allocations": step.largest}},
+                    "flops_per_chip": flops, "collectives": None, "compiler_estimate": None}
+        roofline, source = step.roofline_seconds(topo)
+        return {
+            **record,
+            "hbm_per_chip": {
+                "chip": self.hbm_bytes,
+                "compiled": {"arguments": step.argument_bytes, "outputs": step.output_bytes,
+                             "aliased": step.alias_bytes, "temporaries": step.temp_bytes,
+                             "generated_code": step.code_bytes, "total": step.total_bytes},
+                "analytic": analytic_hbm,
+                "compiled_over_analytic": step.total_bytes / plan.total,
+            },
+            "flops_per_chip": {**flops, "compiled_matmul": step.matmul_flops,
+                               "compiled_over_executed":
+                                   step.matmul_flops / self.executed_flops_per_chip,
+                               "cost_analysis": step.flops,
+                               "cost_analysis_vector_share": step.vector_flops_share,
+                               "loop_trips": step.loop_trips},
+            "collectives": step.collectives,
+            **({"dcn_collectives": step.dcn_collectives,
+                "projected_step": project(step.matmul_flops, step.bytes_accessed,
+                                          step.collectives, topo,
+                                          step.dcn_collectives).record()}
+               if topo.slices > 1 else {}),
+            "compiler_estimate": {
+                "step_seconds": roofline,
+                "source": source,
+                "mfu_ceiling": model_flops / (roofline * topo.peak_bf16_flops_per_chip),
+            },
+        }
+
+
+def compile_plan(run: Run, target_mfu: float = 0.5) -> CompiledPlan:
+    """Trace `zoo train`'s step for the run's slice and compile it with libtpu."""
+    from benchmarks.plan.tpu_compile import compile_hlo, compile_target
+
+    analytic = make_plan(run, target_mfu)
+    topo = run.topology
+    compile_target(topo)  # a slice the compiler cannot target fails first
+    start = time.perf_counter()
+    text, attention, unplanned = trace_step_hlo(run)
+    traced = time.perf_counter() - start
+    cfg = run.built_config
+    executed = executed_flops_per_step(run.family, cfg, run.remat, attention == "flash")
+    return CompiledPlan(analytic, compile_hlo(text, topo), attention, executed / topo.chips,
+                        traced, compile_target(topo), unplanned)
+
+
+def persistent_bytes(plan: Plan) -> float:
+    """Analytic bytes per chip that live across steps: parameters and optimizer state."""
+    return sum(v for k, v in plan.terms.items() if k.startswith(("parameters", "optimizer")))
+
+
+def describe_compiled(plan: CompiledPlan) -> str:
+    from core.table import format_bytes, format_table
+
+    record, topo = plan.record(), plan.analytic.topology
+    hbm, flops, step = record["hbm_per_chip"], record["flops_per_chip"], plan.compiled
+    heading = (f"compiled by libtpu for {record['compile_target']['topology_name']} "
+               f"({topo.chips} chips, {topo.hosts} host(s)) in {step.compile_seconds:.1f} s "
+               f"(traced in {plan.trace_seconds:.1f} s); attention: {plan.attention}")
+    if isinstance(step, OutOfMemory):
+        return "\n".join([
+            describe(plan.analytic), "", heading,
+            f"does NOT fit, by the compiler's numbers: the program alone needs at least "
+            f"{format_bytes(step.program_bytes)} of the {format_bytes(step.usable_bytes)} HBM "
+            f"the compiler may use per chip; its check leaves out the arguments, "
+            f"{format_bytes(persistent_bytes(plan.analytic))} of parameters and optimizer "
+            "state per chip (analytic)",
+            "  largest allocations: " + "; ".join(step.largest),
+            *([FIT_ADVICE] if plan.analytic.fits else []),
+        ])
+    persistent = persistent_bytes(plan.analytic)
+    rows = [
+        ("parameters + optimizer state (+ batch)", format_bytes(persistent),
+         format_bytes(step.argument_bytes)),
+        ("gradients, activations, gathered weights", format_bytes(plan.analytic.total - persistent),
+         format_bytes(step.temp_bytes + step.output_bytes - step.alias_bytes)),
+        ("generated code", "-", format_bytes(step.code_bytes)),
+        ("total HBM", format_bytes(plan.analytic.total), format_bytes(step.total_bytes)),
+        ("matmul FLOPs per step (as executed)", f"{flops['analytic_executed']:.3e}",
+         f"{flops['compiled_matmul']:.3e}"),
+    ]
+    verdict = "fits" if plan.fits else "does NOT fit"
+    lines = [
+        describe(plan.analytic),
+        "",
+        heading,
+        format_table(("per chip", "analytic", "compiled"), rows),
+        f"{verdict} by the compiler's numbers: {format_bytes(step.total_bytes)} of "
+        f"{format_bytes(plan.hbm_bytes)} HBM per chip "
+        f"(compiled / analytic = {hbm['compiled_over_analytic']:.2f})",
+    ]
+    if abs(hbm["compiled_over_analytic"] - 1) > 0.15:
+        lines.append("  why they differ: " + hbm_difference_note(plan))
+    trips = "/".join(map(str, sorted(set(step.loop_trips) - {1})))
+    lines += [
+        f"matmul FLOPs per chip: compiled / analytic as executed = "
+        f"{flops['compiled_over_executed']:.3f} (compiled: the program's dots, convolutions "
+        f"and Pallas kernels{', every trip of its ' + trips + '-trip loops' if trips else ''}; "
+        "as executed: attention as computed, plus remat recompute; model FLOPs for MFU: "
+        f"{flops['analytic_model']:.3e})",
+        f"  the compiler's cost analysis counts {flops['cost_analysis']:.3e}"
+        f"{', each loop body once' if trips else ''}; "
+        f"{flops['cost_analysis_vector_share']:.1%} of it is vector work (elementwise ops, "
+        "reductions, the fp32 loss over the vocabulary), which model FLOPs leave out",
+    ]
+    if plan.unplanned_input_bytes > 2**20:
+        lines.append(
+            f"  {format_bytes(plan.unplanned_input_bytes)} of the step's inputs are device "
+            "data it made itself, not planned placeholders, and are compiled unsharded: "
+            "arguments may be overstated by up to that much")
+    lines.append("collectives per chip per step: " + _collectives_text(record["collectives"]))
+    if topo.slices > 1:
+        model = record["projected_step"]
+        lines += [
+            f"  across the {topo.slices} slices (data-center network): "
+            + _collectives_text(record["dcn_collectives"]),
+            f"projected step ({model['label']}): {_seconds(model['overlapped_s'])} with "
+            f"communication overlapped, {_seconds(model['exposed_s'])} exposed (compute "
+            f"{_seconds(model['compute_s'])}, HBM {_seconds(model['memory_s'])}, ICI "
+            f"{_seconds(model['communication_s'])}, DCN {_seconds(model['dcn_s'])})"]
+    estimate = record["compiler_estimate"]
+    lines.append(
+        f"compiler's estimate, not a measurement: {estimate['step_seconds'] * 1e3:,.1f} ms/step "
+        f"({estimate['source']}), an MFU ceiling of {estimate['mfu_ceiling']:.0%}"
+    )
+    if not plan.fits and plan.analytic.fits:
+        lines.append(FIT_ADVICE)
+    return "\n".join(lines)
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.3f} s" if value >= 1 else f"{value * 1e3:.3g} ms"
+
+
+def _collectives_text(collectives: dict) -> str:
+    from core.table import format_bytes
+
+    return ", ".join(f"{kind} x{v['count']} ({format_bytes(v['bytes'])})"
+                     for kind, v in collectives.items()) or "none"
+
+
+def hbm_difference_note(plan: CompiledPlan) -> str:
+    """Where compiled and analytic HBM part: the persistent state (parameters and optimizer
+    state, the program's arguments) or the step's transients (gradients, activations,
+    gathered weights: its temporaries)."""
+    from core.table import format_bytes
+
+    step, persistent = plan.compiled, persistent_bytes(plan.analytic)
+    transient = plan.analytic.total - persistent
+    note = (
+        f"persistent state compiled {format_bytes(step.argument_bytes)} vs analytic "
+        f"{format_bytes(persistent)}; transients (gradients, activations, gathered "
+        f"weights, code) compiled {format_bytes(step.total_bytes - step.argument_bytes)} vs "
+        f"analytic {format_bytes(transient)} -- the analytic activation model (Korthikanti et al.) "
+        "does not see XLA's fusion, buffer reuse and scheduling, nor the weights FSDP "
+        "gathers ahead of use; the compiler's numbers decide fit"
+    )
+    reduced = full_gradient_all_reduce_bytes(plan)
+    if reduced:
+        note += (
+            f"; and libtpu all-reduces the gradients in full ({format_bytes(reduced)} per "
+            "step, where the analytic model has each chip reduce only its gradient shard) "
+            "and slices them after, as it does on 3-D slices for JAX's FSDP too"
+        )
+    return note
+
+
+def full_gradient_all_reduce_bytes(plan: CompiledPlan) -> float:
+    """All-reduce bytes when the compiler sums FSDP gradients with whole-gradient
+    all-reduces (no reduce-scatter; at least half a bf16 gradient of the fsdp group's
+    parameters), else 0."""
+    collectives = plan.compiled.collectives
+    fsdp = plan.analytic.mesh.get("fsdp", 1)
+    if fsdp == 1 or "reduce-scatter" in collectives:
+        return 0.0
+    params = next(v for k, v in plan.analytic.terms.items() if k.startswith("parameters"))
+    reduced = collectives.get("all-reduce", {"bytes": 0})["bytes"]
+    return reduced if reduced >= params * fsdp / 4 else 0.0

@@ -1,0 +1,131 @@
+"""Benchmark results as a console table, results.json, results.md and a PNG plot."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from core.table import format_table
+
+COLUMNS = (
+    ("entry", lambda r: r["name"]),
+    ("impl", lambda r: r["impl"]),
+    ("devices", lambda r: r["devices"]),
+    ("compile s", lambda r: f"{r['compile_s']:.1f}"),
+    (
+        "step s (med/mean/min/max)",
+        lambda r: (
+            f"{r['step_time_median_s']:.3f}/{r['step_time_mean_s']:.3f}/"
+            f"{r['step_time_min_s']:.3f}/{r['step_time_max_s']:.3f}"
+        ),
+    ),
+    ("host s", lambda r: _seconds(r["host_time_median_s"])),
+    ("items/s", lambda r: f"{r['items_per_s']:,.0f} {r['throughput_unit']}"),
+    ("items/s/chip", lambda r: f"{r['items_per_s_per_chip']:,.0f}"),
+    ("TFLOP/s/chip", lambda r: f"{r['model_tflops_per_s_per_chip']:.4f}"),
+    ("MFU", lambda r: f"{r['mfu']:.1%}" if r["mfu"] is not None else "-"),
+    ("compiles", lambda r: r["compiles_timed"]),
+    (
+        "peak mem",
+        lambda r: f"{r['peak_memory_bytes'] / 2**30:.2f} GiB" if r["peak_memory_bytes"] else "n/a",
+    ),
+)
+
+
+def _seconds(value: float | None) -> str:
+    return f"{value:.3f}" if value is not None else "-"
+
+
+def table(records: list[dict]) -> str:
+    return format_table(
+        tuple(c for c, _ in COLUMNS), [tuple(f(r) for _, f in COLUMNS) for r in records]
+    )
+
+
+def footnote(results: dict) -> str:
+    env = results["environment"]
+    return (
+        f"torch {env['torch']}, torch_xla {env['torch_xla']}, {env['machine']} with "
+        f"{env['host_cpus']} CPUs, commit {env['git_commit']}. MFU = model FLOPs (3 x "
+        f"forward matmul FLOPs, causal attention) / (step time x peak); peak: "
+        f"{peak_note(results)}. Compiles: during the timed steps (0 = the step compiled once "
+        "and was replayed). Host s: median seconds Python spent tracing a step into "
+        "torch_xla's graph (part of the step time; '-' for peers outside torch_xla)."
+        + (MAXTEXT_NOTE if any(r["impl"] == "maxtext" for r in results["records"]) else "")
+    )
+
+
+MAXTEXT_NOTE = (
+    " MaxText: its own trainer in its own JAX (benchmarks/maxtext_env.sh), remat_policy=full "
+    "(its default: every layer recomputed) unless the entry sets one; step s is its logged "
+    "per-step time (async dispatch), compile s its jit(train_step) compile; FLOPs are the "
+    "zoo's formula for the same shapes."
+)
+
+
+def peak_note(results: dict) -> str:
+    """Where the peaks came from: the TPU catalog, or the CPU calibration and its spread."""
+    notes = sorted({r["peak_source"] for r in results["records"] if r["peak_source"]})
+    calibration = results.get("calibration") or {}
+    notes += [
+        f"{dtype} {c['peak_flops'] / 1e9:.0f} GFLOP/s, the median of {c['measurements']} "
+        f"measurements (spread {c['spread']:.1%}; {calibration['method']})"
+        for dtype, c in calibration.items() if dtype != "method"
+    ]
+    return "; ".join(notes) or "not measured (run with --mfu)"
+
+
+BUSY_SPREAD = 0.10  # per-entry peaks of an undisturbed run here lay within a few percent
+
+
+def busy_host_warning(results: dict) -> str | None:
+    """Say so when the host was busy during the run: its step times are then not comparable."""
+    calibration = results.get("calibration") or {}
+    spreads = [c["spread"] for dtype, c in calibration.items() if dtype != "method"]
+    if not spreads or max(spreads) <= BUSY_SPREAD:
+        return None
+    return (
+        f"warning: the CPU peak measured before each entry varied by {max(spreads):.0%} in this "
+        "run: other load shared the cores, so its step times are not comparable; rerun on a "
+        "quiet machine"
+    )
+
+
+def markdown(results: dict, ratios) -> str:
+    header = "| " + " | ".join(c for c, _ in COLUMNS) + " |"
+    lines = ["# Benchmark results", "", header, "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(str(f(r)) for _, f in COLUMNS) + " |" for r in results["records"]]
+    lines += ["", footnote(results)]
+    warning = busy_host_warning(results)
+    lines += ["", f"**{warning}**"] if warning else []
+    if ratios:
+        lines += ["", "Step time ratio zoo / peer (below 1.0: the zoo is faster):", ""]
+        lines += [f"- {name}: zoo / {peer} = {ratio:.2f}" for name, peer, ratio in ratios]
+    return "\n".join(lines) + "\n"
+
+
+def plot(records: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [f"{r['name']}\n({r['impl']})" for r in records]
+    fig, (ax_time, ax_mfu) = plt.subplots(1, 2, figsize=(max(8, 1.6 * len(records)), 4.5))
+    ax_time.bar(labels, [r["step_time_median_s"] for r in records], color="tab:blue")
+    ax_time.set_title("step time, median (s)")
+    mfu = [100 * r["mfu"] if r["mfu"] is not None else 0 for r in records]
+    ax_mfu.bar(labels, mfu, color="tab:green")
+    ax_mfu.set_title("MFU % (vs peak measured in the same run)")
+    for ax in (ax_time, ax_mfu):
+        ax.tick_params(axis="x", labelrotation=60, labelsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write(results: dict, ratios, out_dir: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "results.json").write_text(json.dumps({**results, "ratios": ratios}, indent=1))
+    (out_dir / "results.md").write_text(markdown(results, ratios))
+    plot(results["records"], out_dir / "results.png")

@@ -1,0 +1,74 @@
+"""The seam between zoo's trainer and the engine that runs its step.
+
+The trainer (core/engine.py) and checkpoints (core/store/checkpoint.py) ask a backend for what
+differs between engines: the processes and devices, how a model is placed and sharded, how
+a batch reaches the devices, how a step runs and when its values can be read, the RNG and
+the host copy a checkpoint writes. Two implement it:
+
+  xla      torch_xla's SPMD: one process per host drives every device of the slice with
+           one global program (TPU VMs; XLA:CPU here). The default.
+  dtensor  upstream torch.distributed: one process per device (launched by torchrun), a
+           DeviceMesh with zoo's axis names, FSDP2 `fully_shard` for the fsdp role, DCP
+           checkpoints in the same layout; gloo on CPUs, NCCL on GPUs. TorchTPU runs this
+           program on TPUs (`tpu_dist`, device "tpu"), which is what it is shaped for.
+
+What a backend answers (each implementation documents its own way):
+
+  device_count() process_index() process_count()   the run's devices and processes
+  check_remat(remat)                  refuse, in one line, a remat preset it cannot run
+  prepare(model, rules, mesh, bf16)   (model placed and sharded, parameter plan, mesh, axis
+                                      sizes); refuse a preset it cannot express
+  loader(host_batches, mesh, example) this process's batches on its devices
+  run(fn, *args)                      a use of the model (a loss, a validation forward)
+  share_of_mean(loss, task, batch)    this process's loss, weighed so the processes'
+                                      average is the batch's mean (Task.loss_weight)
+  autocast(model, bf16)               the step's precision context
+  gradient_accumulation(...)          micro-batches as one loop, where accumulates_in_loop
+  after_step(done, args)              hand the step's values to `done` once readable
+  sync() total(value)                 end an evaluation batch; a sum over every process
+  compile_stats() peak_flops(dtype, devices) profiler(config, run_dir)
+  one_console                         its processes share one console: the first speaks
+  materialize() rng_state() set_rng_state(state) host_copy(state) save_planner()
+  load_planner()                      what a checkpoint save and restore need
+
+A backend refuses in one line what it cannot run."""
+
+from __future__ import annotations
+
+from core.errors import UserError
+
+BACKENDS = ("xla", "dtensor")
+
+
+def get(name: str):
+    """The backend called `name` (imported only when asked for: neither needs the other)."""
+    if name == "xla":
+        from core.backends.xla import XlaBackend
+        from core.backends.xla.runtime import installed
+
+        if not installed():
+            raise UserError("the xla backend needs torch_xla, which is not installed: "
+                            "./setup_vm.sh (or pip install 'zoo[xla]'), or run with --backend "
+                            "dtensor")
+
+        return XlaBackend()
+    if name == "dtensor":
+        from core.backends.dtensor import DTensorBackend
+
+        return DTensorBackend()
+    raise UserError(f"backend '{name}' is not one of {', '.join(BACKENDS)}")
+
+
+def zeros_like_param(param, dtype=None):
+    """Zeros shaped like `param`, on its device with its sharding: optimizer state as a
+    training step would create it. Made on the host and transferred, so no graph compiles."""
+    import torch
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(param, DTensor):  # the dtensor backend: same placements, local zeros
+        return torch.zeros_like(param.detach(), dtype=dtype or param.dtype)
+    if param.device.type == "xla":
+        from core.backends.xla.spmd import sharded_zeros
+
+        return sharded_zeros(param, dtype or param.dtype)
+    return torch.zeros(param.shape, dtype=dtype or param.dtype)

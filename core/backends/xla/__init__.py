@@ -1,0 +1,178 @@
+"""The xla backend: torch_xla's SPMD, one process per host driving all of its devices with
+one global program, traced once and replayed (TPU VMs; XLA:CPU's virtual devices here).
+See core/backends/__init__.py for what a backend answers."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from core.errors import UserError
+
+
+class XlaBackend:
+    name = "xla"
+    accumulates_in_loop = True  # grad_accum > 1 as one XLA while loop
+    one_console = False  # each host logs to its own console
+
+    def device_count(self) -> int:
+        import torch_xla.runtime as xr
+
+        return xr.global_runtime_device_count()
+
+    def process_index(self) -> int:
+        import torch_xla.runtime as xr
+
+        return xr.process_index()
+
+    def process_count(self) -> int:
+        import torch_xla.runtime as xr
+
+        return xr.process_count()
+
+    def check_remat(self, remat) -> None:
+        return None  # scan and every policy are torch_xla's own
+
+    def prepare(self, model, rules, mesh_config, bf16: bool):
+        """(model on the XLA device, each parameter marked with its preset's sharding, the
+        parameter plan, the SPMD mesh, its axis sizes)."""
+        import torch_xla
+
+        from core.backends.xla.spmd import build_mesh, shard_model
+        from core.mesh import axis_sizes
+
+        mesh = build_mesh(mesh_config)
+        model = model.to(torch_xla.device())
+        return model, shard_model(model, rules, mesh), mesh, axis_sizes(mesh)
+
+    def run(self, fn, *args):
+        """`fn(*args)`, a use of the model: traced into the step's graph."""
+        return fn(*args)
+
+    def share_of_mean(self, loss, task, batch):
+        return loss  # one global program: the loss is already the whole batch's
+
+    def sync(self) -> None:
+        """Cut the graph traced so far and run it (one graph per evaluation batch)."""
+        from core.backends.xla.runtime import sync
+
+        sync()
+
+    def total(self, value: torch.Tensor) -> torch.Tensor:
+        return value  # SPMD tensors are global: their sums are already every host's
+
+    def profiler(self, config, run_dir):
+        from core.backends.xla.profile import StepProfiler
+
+        return StepProfiler(config, run_dir)
+
+    def loader(self, host_batches, mesh, example: dict):
+        from core.backends.xla.spmd import device_loader
+
+        return device_loader(host_batches, mesh, example)
+
+    def autocast(self, model, bf16: bool):
+        from core.precision import compute_in
+
+        return compute_in(model, torch.bfloat16 if bf16 else torch.float32)
+
+    def gradient_accumulation(self, one_micro_batch, micro, model, *carries):
+        from torch_xla.experimental.gradient_accumulation import gradient_accumulation
+
+        return gradient_accumulation(one_micro_batch, micro, model, *carries)
+
+    def after_step(self, done, args: tuple) -> None:
+        """Run the traced step; `done(*args)` reads its values once the graph has run."""
+        import torch_xla.core.xla_model as xm
+
+        xm.add_step_closure(done, args=args)
+        _sync_step()
+
+    def compile_stats(self) -> tuple[int, float]:
+        from core.backends.xla.runtime import compile_stats
+
+        return compile_stats()
+
+    def peak_flops(self, dtype_name: str, devices: int) -> tuple[float, str]:
+        """This host's matmul peak through XLA, remembered for a day (cpu_peak.py here)."""
+        from core.backends.xla.cpu_peak import remembered_cpu_peak
+
+        peak, measured_at = remembered_cpu_peak(dtype_name, devices)
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(measured_at))
+        return peak, (f"this host's {dtype_name} matmul peak {peak / 1e9:.0f} GFLOP/s, "
+                      f"measured {when} (shared by {devices} virtual devices)")
+
+    # -- what a checkpoint needs -------------------------------------------------------------
+    def materialize(self) -> None:
+        """Run pending lazy computations and wait for them: tensors can be read after."""
+        from core.backends.xla.runtime import sync_and_wait
+
+        sync_and_wait()
+
+    def rng_state(self) -> dict:
+        # Every sync advances torch_xla's RNG seed: read right after `materialize`, a resumed
+        # run then draws exactly what the saving run draws next.
+        import torch_xla.core.xla_model as xm
+
+        return {"torch": torch.get_rng_state(), "xla": xm.get_rng_state()}
+
+    def set_rng_state(self, state: dict) -> None:
+        import torch_xla.core.xla_model as xm
+
+        self.materialize()
+        torch.set_rng_state(state["torch"])
+        if "xla" in state:  # not in a checkpoint the dtensor backend wrote
+            xm.set_rng_state(state["xla"])  # last: a sync after this would advance the seed
+
+    def host_copy(self, state: dict) -> dict:
+        """A copy of the state in host memory: each XLA tensor's local shards (no gather), CPU
+        tensors cloned. What a background write reads while training changes the originals."""
+        from torch_xla.experimental.distributed_checkpoint._helpers import (
+            _sharded_cpu_state_dict,
+        )
+
+        on_device = {k: v for k, v in state.items() if v.device.type == "xla"}
+        copied = {k: _first_replicas(v) for k, v in
+                  (_sharded_cpu_state_dict(on_device) if on_device else {}).items()}
+        return {k: copied[k] if k in copied else v.detach().clone() for k, v in state.items()}
+
+    def save_planner(self):
+        from torch_xla.experimental.distributed_checkpoint import SPMDSavePlanner
+
+        return SPMDSavePlanner()
+
+    def load_planner(self):
+        from torch_xla.experimental.distributed_checkpoint import SPMDLoadPlanner
+
+        return SPMDLoadPlanner()
+
+
+def _first_replicas(value):
+    """Shards of a tensor split on some mesh axes and replicated on others (FSDP under
+    data parallelism, or over slices), each chunk kept once: as replica 0, held by exactly
+    one device of the job. torch_xla's save planner dedups a chunk that one process offers
+    twice by dropping every copy: with mesh.data=2 on one host, each sharded weight and
+    its optimizer moments were missing from the checkpoint."""
+    from torch_xla.experimental.distributed_checkpoint._helpers import _CpuShards
+
+    if not isinstance(value, _CpuShards):
+        return value
+    return _CpuShards([s for s in value.shards if s.replica_id == 0], value.global_shape)
+
+
+def _sync_step() -> None:
+    """Run the step's graph. The first one is compiled here: a step the TPU compiler
+    refuses for memory stops the run in one line, before anything is saved."""
+    import torch_xla
+
+    try:
+        torch_xla.sync()
+    except RuntimeError as error:
+        from core.out_of_memory import parse_out_of_memory
+
+        refusal = parse_out_of_memory(str(error), 0.0)
+        if refusal is None:
+            raise
+        raise UserError(refusal.message(
+            "; `zoo plan MODEL --tpu SLICE --compile` checks a setting without a TPU")) from None

@@ -1,0 +1,162 @@
+"""One config system: typed dataclass schemas, YAML files, Hydra-style `a.b=value` overrides.
+
+    cfg = load(TrainConfig, files=["run.yaml"], overrides=["mesh.tensor=2", "seed=3"])
+
+Later sources win. An unknown key or a value of the wrong type fails with one line naming
+the key and what would be valid. `write_resolved` stores the final config in a run folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import typing
+from pathlib import Path
+from typing import TypeVar
+
+import yaml
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
+
+from core.errors import UserError
+from core.store.run_folder import RunFolder
+
+T = TypeVar("T")
+
+
+class ConfigError(UserError):
+    """A config key or value that the schema does not accept."""
+
+
+def load(schema: type[T], files=(), overrides=()) -> T:
+    """Merge schema defaults <- YAML files <- `key=value` overrides into a schema instance.
+    A file is a path, or (name, text) for a config read from elsewhere (a saved run's)."""
+    cfg = OmegaConf.structured(schema)
+    for source in files:
+        _merge(schema, cfg, _read_yaml(source), f"in {_name(source)}: ")
+    bad = [o for o in overrides if "=" not in o or o.startswith("=")]
+    if bad:
+        raise ConfigError(f"override '{bad[0]}' is not key=value (e.g. mesh.tensor=2)")
+    _merge(schema, cfg, OmegaConf.from_dotlist(list(overrides)), "")
+    try:
+        return OmegaConf.to_object(cfg)
+    except OmegaConfBaseException as error:
+        raise ConfigError(_one_line(schema, error)) from None
+    except (TypeError, ValueError) as error:  # raised by a schema's __post_init__ checks
+        raise ConfigError(str(error)) from None
+
+
+def parse_yaml(text: str, name: str) -> dict:
+    """A config's text as a dict; text that is not a YAML mapping fails in one line naming
+    the file it came from."""
+    try:
+        parsed = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        problem = getattr(error, "problem", None) or type(error).__name__
+        raise ConfigError(f"config file {name} is not valid YAML{where}: {problem}") from None
+    if not isinstance(parsed, dict | None):
+        raise ConfigError(f"config file {name} holds a {type(parsed).__name__}, not keys "
+                          "and values")
+    return parsed or {}
+
+
+def _read_yaml(source) -> DictConfig:
+    name, text = source if isinstance(source, tuple) else (source, None)
+    if text is None:
+        if not Path(name).is_file():
+            raise ConfigError(f"config file {name} does not exist")
+        text = Path(name).read_text()
+    return OmegaConf.create(parse_yaml(text, name))
+
+
+def _name(source) -> str:
+    return source[0] if isinstance(source, tuple) else str(source)
+
+
+def sets_key(key: str, files=(), overrides=()) -> bool:
+    """Whether the user gave top-level `key` (in a YAML file or an override), as opposed to
+    the schema's default: some defaults are then raised to suit the slice."""
+    given = any(o.partition("=")[0] == key for o in overrides)
+    return given or any(key in _read_yaml(source) for source in files)
+
+
+def _merge(schema, cfg, other, where: str) -> None:
+    try:
+        cfg.merge_with(other)
+    except OmegaConfBaseException as error:
+        raise ConfigError(where + _one_line(schema, error)) from None
+
+
+def _one_line(schema, error: OmegaConfBaseException) -> str:
+    key = getattr(error, "full_key", None) or "?"
+    if isinstance(error, ConfigKeyError):
+        parent, _, leaf = key.rpartition(".")
+        valid = ", ".join(valid_keys(schema, parent)) or "none"
+        where = f"under '{parent}'" if parent else "at the top level"
+        return f"unknown config key '{key}'; valid keys {where}: {valid}"
+    message = str(getattr(error, "msg", error)).splitlines()[0]
+    return f"bad value for config key '{key}': {message}"
+
+
+def valid_keys(schema, dotted_parent: str) -> list[str]:
+    """Field names of the dataclass at `dotted_parent` inside `schema`."""
+    node = schema
+    for part in filter(None, dotted_parent.split(".")):
+        hints = typing.get_type_hints(node) if dataclasses.is_dataclass(node) else {}
+        node = hints.get(part)
+    return [f.name for f in dataclasses.fields(node)] if dataclasses.is_dataclass(node) else []
+
+
+def changed_keys(before: dict, after: dict) -> dict[str, tuple]:
+    """{dotted key: (before, after)} for every leaf that differs between two config trees."""
+    flat_before, flat_after = _flatten(before), _flatten(after)
+    keys = sorted(set(flat_before) | set(flat_after))
+    return {k: (flat_before.get(k), flat_after.get(k)) for k in keys
+            if flat_before.get(k) != flat_after.get(k)}
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in (tree or {}).items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def same_named(source, names: tuple[str, ...]) -> dict:
+    """{name: source.name} for the fields a config shares, by name, with its Hugging Face
+    counterpart: one list serves both directions of a conversion."""
+    return {name: getattr(source, name) for name in names}
+
+
+def check_sizes(config, counts=(), positive=(), prefix: str = "model.") -> None:
+    """For a config's __post_init__: refuse a count below 1 (a zero-width layer divides by
+    zero or trains nothing; None is left alone) or a number that is not finite and > 0 (an
+    epsilon or RoPE base of 0 or NaN trains to NaN)."""
+    for name in counts:
+        value = getattr(config, name)
+        if value is not None and value < 1:
+            raise ValueError(f"{prefix}{name} must be at least 1, not {value}")
+    for name in positive:
+        value = getattr(config, name)
+        if not 0 < value < math.inf:
+            raise ValueError(f"{prefix}{name} must be a finite number > 0, not {value}")
+
+
+def to_yaml(cfg) -> str:
+    return OmegaConf.to_yaml(OmegaConf.structured(cfg))
+
+
+def write_resolved(cfg, run_dir: str | Path) -> Path:
+    """Write the fully resolved config as `RUN/config.yaml` (atomically) and return its path."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = RunFolder(run_dir).config
+    tmp = path.with_suffix(".yaml.tmp")
+    tmp.write_text(to_yaml(cfg))
+    tmp.replace(path)
+    return path

@@ -1,0 +1,242 @@
+"""Data sources for every task: local txt/jsonl/json/parquet files or Hub datasets with
+one-line errors, the shipped tokenizer (core/assets/tokenizer) and the embedded text corpus
+(Python's help topics), and the seeded epoch order that makes a batch a pure function of its
+index. What a task builds from them lives with the task (zoo/tasks/).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from pathlib import Path
+
+import numpy as np
+
+from core.errors import UserError
+
+BOS, EOS, PAD = "<|begin_of_text|>", "<|end_of_text|>", "<|pad|>"
+DEFAULT_TOKENIZER = Path(__file__).resolve().parent / "assets" / "tokenizer"
+IGNORE_INDEX = -100  # labels the loss skips (Hugging Face / torch cross_entropy convention)
+BUILDERS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
+
+
+class DataError(UserError):
+    """A data source, tokenizer or batch shape the pipeline cannot use."""
+
+
+# ---------------------------------------------------------------- tokenizer
+
+
+def check_vocab(tokenizer, vocab_size: int) -> None:
+    """Token ids must fit the model's embedding table."""
+    if tokenizer is not None and len(tokenizer) > vocab_size:
+        raise DataError(
+            f"tokenizer has {len(tokenizer)} tokens but the model's vocab_size is "
+            f"{vocab_size}; set model.vocab_size={len(tokenizer)} or another tokenizer"
+        )
+
+
+def load_tokenizer(name: str):
+    """Name "default" -> the shipped tokenizer; an existing dir -> local; else a Hub name."""
+    from transformers import AutoTokenizer
+
+    local = DEFAULT_TOKENIZER if name == "default" else Path(name).expanduser()
+    if local.is_dir():
+        try:
+            return AutoTokenizer.from_pretrained(str(local))
+        except (OSError, ValueError) as error:
+            raise DataError(
+                f"tokenizer dir {local} does not hold a Hugging Face tokenizer: "
+                f"{_first_line(error)}"
+            ) from None
+    if local.exists() or _looks_like_path(name):
+        raise DataError(f"tokenizer dir {name} does not exist (or is not a folder)")
+    # Unreachable Hub: only the local HF cache can help, and it answers at once (no retries).
+    options = {} if hub_reachable() else {"local_files_only": True}
+    try:
+        return AutoTokenizer.from_pretrained(name, **options)
+    except Exception as error:  # hub failures come in many classes
+        if options or _is_connection_error(error):
+            raise DataError(
+                f"tokenizer '{name}' could not be reached on the Hugging Face Hub (offline?) "
+                "and is not in the local cache; use a local tokenizer dir or "
+                "data.tokenizer=default"
+            ) from None
+        raise DataError(f"could not load tokenizer '{name}': {_first_line(error)}") from None
+
+
+def hub_reachable(timeout: float = 5.0) -> bool:
+    """One quick request to the Hub (no retries), so offline runs fail in seconds, not minutes.
+
+    False in offline mode (HF_HUB_OFFLINE=1) too: the libraries then use their caches only.
+    """
+    try:
+        from huggingface_hub import constants
+        from huggingface_hub.utils import get_session
+
+        if constants.HF_HUB_OFFLINE:
+            return False
+        get_session().head(constants.ENDPOINT, timeout=timeout)
+        return True
+    except Exception:  # any failure means "not reachable"
+        return False
+
+
+def _looks_like_path(name: str) -> bool:
+    return name.startswith(("/", ".", "~")) or Path(name).suffix.lower() in BUILDERS
+
+
+def _is_connection_error(error: BaseException | None) -> bool:
+    for _ in range(10):  # the error and its causes
+        if error is None:
+            return False
+        name = type(error).__name__
+        text = str(error).lower()
+        if (
+            isinstance(error, ConnectionError | TimeoutError)
+            or name in ("OfflineModeIsEnabled", "LocalEntryNotFoundError", "ConnectError")
+            or "connect" in text
+            or "offline" in text
+        ):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def _first_line(error: BaseException) -> str:
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[0] if lines else type(error).__name__
+
+
+# ---------------------------------------------------------------- documents
+
+
+def default_documents() -> list[str]:
+    """The embedded corpus: one document per Python help topic, in sorted-key order."""
+    from pydoc_data.topics import topics
+
+    return [topics[key] for key in sorted(topics)]
+
+
+def load_table(source: str, split: str = "train", subset: str | None = None):
+    """Local txt/jsonl/json/parquet files (a file, folder or glob) or a Hub dataset, as a
+    `datasets.Dataset`, with one-line errors for everything a user can get wrong."""
+    files = local_files(source)
+    if files is not None:
+        return local_dataset(files, source, split)
+    return hub_dataset(source, subset, split)
+
+
+def local_files(source: str) -> list[str] | None:
+    """The data files `source` names, or None if it is not a local path (a Hub name)."""
+    if glob.has_magic(source):
+        files = sorted(f for f in glob.glob(os.path.expanduser(source)) if os.path.isfile(f))
+        if not files:
+            raise DataError(f"data.source glob {source} matches no files")
+    elif os.path.isdir(os.path.expanduser(source)):
+        root = os.path.expanduser(source)
+        files = sorted(
+            str(path)
+            for path in Path(root).rglob("*")
+            if path.suffix.lower() in BUILDERS and path.is_file() and not _hidden(path, root)
+        )
+        if not files:
+            raise DataError(f"data.source folder {source} has no {'/'.join(BUILDERS)} files")
+    elif os.path.isfile(os.path.expanduser(source)):
+        files = [os.path.expanduser(source)]
+    elif _looks_like_path(source):
+        raise DataError(f"data.source {source} does not exist")
+    else:
+        return None
+    kinds = sorted({Path(f).suffix.lower() for f in files})
+    unknown = [k for k in kinds if k not in BUILDERS]
+    if unknown:
+        raise DataError(
+            f"data.source {source}: cannot read {unknown[0] or 'extension-less'} files; "
+            f"use {', '.join(BUILDERS)}"
+        )
+    if len({BUILDERS[k] for k in kinds}) > 1:
+        raise DataError(f"data.source {source} mixes {', '.join(kinds)} files; use one kind")
+    return files
+
+
+def local_dataset(files: list[str], source: str, split: str, streaming: bool = False):
+    import datasets
+
+    builder = BUILDERS[Path(files[0]).suffix.lower()]
+    options = {"sample_by": "document"} if builder == "text" else {}  # a .txt file = 1 doc
+    try:
+        return datasets.load_dataset(builder, data_files={"train": files}, split=split,
+                                     streaming=streaming, **options)
+    except ValueError as error:  # e.g. an unknown split name
+        raise DataError(f"data.source {source}: {_first_line(error)}") from None
+    except datasets.exceptions.DatasetGenerationError as error:
+        cause = error.__cause__ or error
+        raise DataError(f"could not read {source}: {_first_line(cause)}") from None
+
+
+def _hidden(path: Path, root: str) -> bool:
+    return any(part.startswith(".") for part in path.relative_to(root).parts)
+
+
+def hub_dataset(source: str, subset: str | None, split: str, streaming: bool = False):
+    import datasets
+    from huggingface_hub import constants
+
+    unreachable = DataError(
+        f"Hub dataset '{source}' could not be reached (offline?); use a local "
+        "file/folder, data.source=default, or HF_HUB_OFFLINE=1 to read a cached copy"
+    )
+    if not constants.HF_HUB_OFFLINE and not hub_reachable():
+        raise unreachable  # rather than minutes of retries inside load_dataset
+    try:
+        return datasets.load_dataset(source, subset, split=split, streaming=streaming)
+    except Exception as error:  # hub failures come in many classes
+        if isinstance(error, datasets.exceptions.DatasetNotFoundError):
+            raise DataError(
+                f"data.source '{source}' is neither a local path nor a Hub dataset "
+                "(or it is gated: set HF_TOKEN)"
+            ) from None
+        if _is_connection_error(error):
+            raise unreachable from None
+        raise DataError(f"could not load Hub dataset '{source}': {_first_line(error)}") from None
+
+
+# ---------------------------------------------------------------- batches
+
+
+def host_rows(process_index: int, local_batch_size: int) -> np.ndarray:
+    """The rows of every global batch that this host loads: [k*local, (k+1)*local)."""
+    first = process_index * local_batch_size
+    return np.arange(first, first + local_batch_size)
+
+
+def check_seed(seed: int) -> None:
+    """For a data config: numpy seeds the shuffle and takes no negative seed."""
+    if seed < 0:
+        raise ValueError(f"data.shuffle_seed must be >= 0, not {seed}")
+
+
+class EpochOrder:
+    """An endless order over `count` items, epoch after epoch, each epoch a permutation
+    seeded by `seed + epoch`: position p -> item. Batches built from positions are a pure
+    function of their index, which is what makes resuming exact."""
+
+    def __init__(self, count: int, seed: int):
+        self.count, self.seed = count, seed
+        self._perms: dict[int, np.ndarray] = {}
+
+    def items(self, positions: np.ndarray) -> np.ndarray:
+        epochs, within = np.divmod(positions, self.count)
+        picked = np.empty_like(within)
+        for epoch in np.unique(epochs):
+            mask = epochs == epoch
+            picked[mask] = self._permutation(int(epoch))[within[mask]]
+        return picked
+
+    def _permutation(self, epoch: int) -> np.ndarray:
+        if epoch not in self._perms:
+            if len(self._perms) >= 4:
+                self._perms.pop(next(iter(self._perms)))
+            self._perms[epoch] = np.random.default_rng(self.seed + epoch).permutation(self.count)
+        return self._perms[epoch]

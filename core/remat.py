@@ -1,0 +1,301 @@
+"""Remat as data: which layer classes recompute their activations in backward, and which
+layer stacks run as one compiled `scan` body instead of an unrolled Python loop.
+
+Models build their repeated blocks as a `LayerStack`; everything else is decided by a
+`RematConfig` applied after the model is built, so model code never changes for memory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import torch
+from torch import nn
+
+from core.errors import UserError
+from core.sharding import STACKED
+
+
+class RematError(UserError):
+    """A remat config that names layers or stacks the model does not have."""
+
+
+@dataclasses.dataclass
+class RematConfig:
+    # Class names of layers whose forward is recomputed in backward (activation checkpointing).
+    checkpoint: list[str] = dataclasses.field(default_factory=list)
+    # Module names of LayerStacks to run with torch_xla's scan (compile one layer once).
+    scan: list[str] = dataclasses.field(default_factory=list)
+    # What a checkpointed layer of a scanned stack keeps for its backward (MaxText's names):
+    # `full`: its inputs only, everything recomputed (what an unrolled checkpointed layer
+    # always does); `minimal`: also the output of every weight matmul, so only attention
+    # and elementwise work is recomputed; `save_qkv_proj`: also the tensors the layer
+    # names query_proj, key_proj and value_proj; `offload`: as full, with the layer input
+    # kept in host memory (TPU) until backward.
+    policy: str = "full"
+
+    def __post_init__(self):
+        if self.policy not in SCAN_POLICIES:
+            raise RematError(f"remat policy '{self.policy}' is not one of "
+                             f"{', '.join(SCAN_POLICIES)}")
+
+    def check_device(self, on_tpu: bool) -> None:
+        """Host offloading is a TPU memory space; XLA:CPU refuses its annotations."""
+        if self.policy == "offload" and self.scan and not on_tpu:
+            raise RematError("remat policy 'offload' keeps layer inputs in a TPU's host memory "
+                             "and runs on a TPU only; here use scan_checkpoint (the same "
+                             "recompute, inputs kept on the device)")
+
+
+class LayerStack(nn.ModuleList):
+    """Identical layers applied in sequence: `h = layer(h, *extras)` for each layer.
+
+    `extras` (e.g. rotary tables, masks) are the same for every layer. A layer may also
+    return per-layer outputs, `(h, *outputs)` (e.g. a router's statistics): the stack then
+    returns `(h, *outputs stacked over layers)`, scanned or not. A ModuleList subclass,
+    so parameter names stay `<stack>.<i>.<...>` (Hugging Face compatible) until the stack is
+    scanned: then `stack_weights` keeps them as `<stack>.*.<...>`, one [layers, ...] tensor
+    per name, and `unstack_weights` turns a state dict back into per-layer names.
+    """
+
+    scan: bool = False
+    scan_policy: str | None = None  # remat policy inside the scan; None: keep everything
+    depth: int | None = None  # the number of layers, once their weights are stacked
+    _step_fn = None
+
+    def forward(self, hidden: torch.Tensor, *extras):
+        if self.scan and hidden.device.type == "xla":
+            return self._scan(hidden, extras)
+        return self._unrolled(hidden, extras)
+
+    def stack_weights(self) -> None:
+        """Keep each weight of all layers as one [layers, ...] parameter of layer 0's module
+        tree, registered as child `*`. The scan then reads them in place (no stacking copy
+        per step, gradients arrive stacked) and the optimizer updates one tensor per name
+        instead of one per name and layer."""
+        layers = list(self)
+        template = layers[0]
+        for name, param in list(template.named_parameters()):
+            per_layer = [layer.get_parameter(name).detach() for layer in layers]
+            owner, _, leaf = name.rpartition(".")
+            module = template.get_submodule(owner)
+            module._parameters[leaf] = nn.Parameter(torch.stack(per_layer),
+                                                    requires_grad=param.requires_grad)
+        self._modules.clear()
+        self._modules[STACKED] = template
+        self.depth = len(layers)
+
+    def _template(self) -> nn.Module:
+        """The module whose code runs every layer: layer 0, or the stacked tree."""
+        return self._modules[STACKED] if self.depth is not None else self[0]
+
+    def _stacked(self) -> dict[str, torch.Tensor]:
+        if self.depth is not None:
+            return dict(self._template().named_parameters())
+        # named_parameters, not get_parameter: within core/precision.py's `compute_in`
+        # the entries are the compute-dtype copies, which are not Parameters
+        layers = [dict(layer.named_parameters()) for layer in self]
+        return {name: torch.stack([weights[name] for weights in layers]) for name in layers[0]}
+
+    def _unrolled(self, hidden, extras):
+        if self.depth is None:
+            calls = list(self)
+        else:
+            template, weights = self._template(), self._stacked()
+            calls = [functools.partial(_call_with, template, {n: v[i] for n, v in weights.items()})
+                     for i in range(self.depth)]
+        per_layer = []
+        for call in calls:
+            hidden, *outputs = _as_tuple(call(hidden, *extras))
+            per_layer.append(outputs)
+        if not per_layer[0]:
+            return hidden
+        return (hidden, *(torch.stack(values) for values in zip(*per_layer, strict=True)))
+
+    def _scan(self, hidden, extras):
+        """One XLA while loop over the layers. The layer is traced (forward and backward,
+        by AOTAutograd) on the first step only: torch_xla's scan cache (`is_fn_pure`) replays
+        the trace while it is given the same function object, which is kept here (the cache
+        holds it weakly, so a fresh bound method would miss every step)."""
+        from functorch.compile import default_partition
+
+        from core.backends.xla.ops import scan
+
+        partition = SCAN_POLICIES[self.scan_policy] if self.scan_policy else default_partition
+        if self._step_fn is None:
+            self._step_fn = functools.partial(LayerStack._layer_step, self)
+        carry, outputs = scan(self._step_fn, (hidden, *extras), self._stacked(), partition)
+        return (carry[0], *outputs) if outputs is not None else carry[0]
+
+    def _layer_step(self, carry, weights):
+        """The template's code on one layer's weights; extras ride along in the carry, and
+        per-layer outputs leave as the scan's stacked ys."""
+        hidden, *extras = carry
+        hidden = checkpoint_name(hidden, LAYER_INPUT)
+        output, *outputs = _as_tuple(_call_with(self._template(), weights, hidden, *extras))
+        return (output, *extras), (tuple(outputs) if outputs else None)
+
+
+def _partition_saving(keep):
+    """A scan partition function (AOTAutograd joint graph -> forward, backward) that saves
+    the layer's inputs and the forward nodes `keep(node)` selects; the backward recomputes
+    every other forward value it needs from those. Inputs that are the layer's weights
+    cost nothing: torch_xla's scan reads them from the stacked weights, not a saved copy."""
+
+    def partition(joint_module, _joint_inputs, *, num_fwd_outputs, **_):
+        from torch._functorch.partitioners import (
+            _extract_fwd_bwd_modules,
+            _is_primal,
+            _is_tangent,
+        )
+
+        backward = set()
+        for node in joint_module.graph.nodes:
+            if _is_tangent(node) or any(arg in backward for arg in node.all_input_nodes):
+                backward.add(node)
+        saved = [node for node in joint_module.graph.nodes
+                 if _is_primal(node) or (node.op == "call_function" and node not in backward
+                                         and keep(node))]
+        return _extract_fwd_bwd_modules(joint_module, saved, saved_sym_nodes=[],
+                                        num_fwd_outputs=num_fwd_outputs)
+
+    return partition
+
+
+@torch.library.custom_op("zoo::checkpoint_name", mutates_args=())
+def checkpoint_name(tensor: torch.Tensor, name: str) -> torch.Tensor:
+    """`tensor`, named for remat policies (MaxText's `checkpoint_name`): a scanned layer's
+    policy keeps or offloads it by name. An identity; XLA elides the copy."""
+    return tensor.clone()
+
+
+@checkpoint_name.register_fake
+def _(tensor, name):
+    return torch.empty_like(tensor)
+
+
+checkpoint_name.register_autograd(lambda ctx, grad: (grad, None),
+                                  setup_context=lambda ctx, inputs, output: None)
+LAYER_INPUT = "decoder_layer_input"  # what LayerStack names each layer's input
+
+
+def _named(node, names: tuple[str, ...]) -> bool:
+    return node.target is torch.ops.zoo.checkpoint_name.default and node.args[1] in names
+
+
+def _offloading(partition, names: tuple[str, ...]):
+    """`partition`, with the saved tensors that feed `checkpoint_name(_, name)` nodes of
+    `names` moved to host memory after the forward and back before the backward uses them
+    (torch_xla's place_to_host / place_to_device: TPU memory-space annotations)."""
+
+    def offloading_partition(joint_module, joint_inputs, **kwargs):
+        from core.backends.xla.ops import register_offload_ops
+
+        register_offload_ops()
+        offloaded = {node.args[0].name for node in joint_module.graph.nodes
+                     if _named(node, names)}
+        forward, backward = partition(joint_module, joint_inputs, **kwargs)
+        output = next(node for node in forward.graph.nodes if node.op == "output")
+        results = list(output.args[0])
+        with forward.graph.inserting_before(output):
+            for index, value in enumerate(results):
+                if getattr(value, "name", None) in offloaded:
+                    results[index] = forward.graph.call_function(
+                        torch.ops.xla.place_to_host.default, (value,))
+        output.args = (tuple(results),)
+        for node in list(backward.graph.nodes):
+            if node.op == "placeholder" and node.name in offloaded:
+                with backward.graph.inserting_after(node):
+                    on_device = backward.graph.call_function(
+                        torch.ops.xla.place_to_device.default, (node,))
+                node.replace_all_uses_with(
+                    on_device, delete_user_cb=lambda user, moved=on_device: user is not moved)
+        forward.recompile()
+        backward.recompile()
+        return forward, backward
+
+    return offloading_partition
+
+
+def _weight_matmul(op) -> bool:
+    """A 2-D matmul: a linear layer's product over flattened tokens (attention's batched
+    products are `bmm`)."""
+    return op in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default)
+
+
+# Policy name -> the scan partition function that keeps what the policy names.
+QKV = ("query_proj", "key_proj", "value_proj")
+SCAN_POLICIES = {
+    "full": _partition_saving(lambda node: False),
+    "minimal": _partition_saving(lambda node: _weight_matmul(node.target)),
+    "save_qkv_proj": _partition_saving(lambda node: _named(node, QKV)),
+    "offload": _offloading(_partition_saving(lambda node: False), (LAYER_INPUT,)),
+}
+
+
+def _call_with(module, weights, *args):
+    return torch.func.functional_call(module, weights, args)
+
+
+def _as_tuple(output) -> tuple:
+    return output if isinstance(output, tuple) else (output,)
+
+
+def unstack_weights(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A state dict with per-layer (Hugging Face) names: `<stack>.*.<name>` [layers, ...]
+    becomes `<stack>.<i>.<name>` for each layer. Other entries pass unchanged."""
+    out = {}
+    for name, value in state.items():
+        stack, stacked, rest = name.partition(f".{STACKED}.")
+        if not stacked:
+            out[name] = value
+            continue
+        for i, layer_value in enumerate(value.unbind(0)):
+            out[f"{stack}.{i}.{rest}"] = layer_value.clone()
+    return out
+
+
+def apply_remat(model: nn.Module, config: RematConfig) -> None:
+    """Turn on checkpointing / scan in place; names that match nothing are errors."""
+    modules = dict(model.named_modules())
+    for path in config.scan:
+        stack = modules.get(path)
+        if not isinstance(stack, LayerStack):
+            stacks = [n for n, m in modules.items() if isinstance(m, LayerStack)]
+            raise RematError(
+                f"remat.scan: '{path}' is not a LayerStack of this model; "
+                f"stacks: {', '.join(stacks) or 'none'}"
+            )
+        stack.scan = True
+    classes = {type(m).__name__ for m in modules.values()}
+    for cls_name in config.checkpoint:
+        if cls_name not in classes:
+            raise RematError(
+                f"remat.checkpoint: no layer of class '{cls_name}' in this model; "
+                f"classes: {', '.join(sorted(classes))}"
+            )
+    scanned = {id(layer) for p in config.scan for layer in modules[p]}
+    for path, module in modules.items():
+        if type(module).__name__ not in config.checkpoint:
+            continue
+        if id(module) in scanned:
+            # Inside scan the layer is traced once; remat is chosen by the scan partitioner.
+            stack = modules[path.rsplit(".", 1)[0]]
+            stack.scan_policy = config.policy
+        else:
+            module.forward = functools.partial(checkpointed, module.forward)
+    for path in config.scan:
+        modules[path].stack_weights()
+
+
+def checkpointed(forward, *args, **kwargs):
+    """Recompute `forward` in backward when gradients flow; plain call otherwise."""
+    tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+    if not torch.is_grad_enabled() or not any(t.requires_grad for t in tensors):
+        return forward(*args, **kwargs)
+    if tensors[0].device.type != "xla":
+        return torch.utils.checkpoint.checkpoint(forward, *args, use_reentrant=False, **kwargs)
+    from core.backends.xla.ops import checkpoint
+
+    return checkpoint(forward, *args, **kwargs)

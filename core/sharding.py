@@ -1,0 +1,235 @@
+"""Sharding as data: name patterns -> partition specs over named mesh axes.
+
+A rules file (YAML) has two sections, each an ordered map of pattern -> spec:
+
+    params:                       # parameter names (model.named_parameters())
+      embed.weight: [fsdp, null]
+      layers.*.mlp.up.weight: [tensor, fsdp]
+    activations:                  # module names; the spec applies to the module's output
+      layers.*: [batch, null, null]
+
+In a pattern `*` matches one dotted name component and `**` any run of them; the first rule
+that matches a name wins. A leading `?` marks a rule that may match nothing (e.g. an LM head
+that tied-embedding sizes lack). A spec lists, per tensor dimension, null (replicated), a mesh axis,
+a list of mesh axes, or a logical axis (`batch`: the axes the inputs' batch is split over,
+core/mesh.py LOGICAL_AXES). Matching is strict both ways: a parameter that no rule covers and a
+rule that matches nothing (including one shadowed by an earlier rule) are errors naming them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from pathlib import Path
+
+import yaml
+
+from core.errors import UserError
+from core.mesh import LOGICAL_AXES
+
+Spec = tuple  # per-dimension: None | axis name | tuple of axis names
+# the child under which a scanned layer stack (core/remat.py) keeps its layers' weights
+# stacked: a parameter under it has one more leading dimension than its rule's spec names
+STACKED = "*"
+
+
+class ShardingError(UserError):
+    """A rules file that does not fit the model or the mesh."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    pattern: str
+    spec: Spec
+
+    @property
+    def optional(self) -> bool:
+        return self.pattern.startswith("?")
+
+    @property
+    def regex(self) -> re.Pattern:
+        parts = re.split(r"(\*\*|\*)", self.pattern.removeprefix("?"))
+        wildcard = {"**": r".+", "*": r"[^.]+"}
+        return re.compile("".join(wildcard.get(part, re.escape(part)) for part in parts))
+
+    def matches(self, name: str) -> bool:
+        return self.regex.fullmatch(name) is not None
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardingRules:
+    params: tuple[Rule, ...]
+    activations: tuple[Rule, ...] = ()
+
+    @classmethod
+    def from_dict(cls, data: dict, source: str = "sharding rules") -> ShardingRules:
+        unknown = set(data or {}) - {"params", "activations"}
+        if unknown:
+            raise ShardingError(
+                f"{source}: unknown section(s) {sorted(unknown)}; valid: params, activations"
+            )
+        return cls(
+            params=_parse_section((data or {}).get("params"), f"{source}: params"),
+            activations=_parse_section((data or {}).get("activations"), f"{source}: activations"),
+        )
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> ShardingRules:
+        path = Path(path)
+        if not path.is_file():
+            raise ShardingError(f"sharding rules file {path} does not exist")
+        return cls.from_dict(yaml.safe_load(path.read_text()), source=str(path))
+
+
+def _parse_section(section, where: str) -> tuple[Rule, ...]:
+    if section is None:
+        return ()
+    if not isinstance(section, dict):
+        raise ShardingError(f"{where} must be a map of name pattern -> spec list")
+    rules = []
+    for pattern, spec in section.items():
+        if not isinstance(spec, list):
+            raise ShardingError(f"{where}: '{pattern}' spec must be a list, got {spec!r}")
+        rules.append(Rule(str(pattern), tuple(_parse_dim(d, pattern, where) for d in spec)))
+    return tuple(rules)
+
+
+def _parse_dim(dim, pattern, where):
+    """null, a mesh axis, a list of mesh axes, or a logical axis (LOGICAL_AXES: `batch`),
+    which becomes the mesh axes it names."""
+    if dim is None or isinstance(dim, str):
+        return LOGICAL_AXES.get(dim, dim)
+    if isinstance(dim, list) and all(isinstance(axis, str) for axis in dim):
+        return tuple(dim)
+    raise ShardingError(
+        f"{where}: '{pattern}' has a bad dimension {dim!r}; use null, an axis name, a list "
+        f"of axis names, or a logical axis ({', '.join(LOGICAL_AXES)})"
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class ParamPlan:
+    """Where one parameter lives: its rule, global shape and what each device holds."""
+
+    name: str
+    rule: str
+    spec: Spec
+    shape: tuple[int, ...]
+    shard_shape: tuple[int, ...]
+    shard_bytes: int
+
+
+def match(names: list[str], rules: tuple[Rule, ...], kind: str) -> dict[str, Rule]:
+    """name -> first matching rule; strict: every name covered, every rule used."""
+    chosen: dict[str, Rule] = {}
+    for name in names:
+        rule = next((r for r in rules if r.matches(name)), None)
+        if rule is None:
+            raise ShardingError(
+                f"no sharding rule covers {kind} '{name}': add a pattern for it "
+                f"under '{kind}s' (e.g. '{name}: [...]')"
+            )
+        chosen[name] = rule
+    used = set(chosen.values())
+    unused = [r.pattern for r in rules if r not in used and not r.optional]
+    if unused:
+        raise ShardingError(
+            f"sharding rule '{unused[0]}' matches no {kind} (or an earlier rule "
+            f"takes all its matches): fix or remove it"
+        )
+    return chosen
+
+
+def check_spec(spec: Spec, shape: tuple[int, ...], mesh_axes: dict[str, int], where: str):
+    if len(spec) != len(shape):
+        raise ShardingError(
+            f"{where}: spec {list(spec)} has {len(spec)} dims but the tensor "
+            f"has shape {list(shape)}"
+        )
+    seen = []
+    for dim in spec:
+        for axis in axes_of(dim):
+            if axis not in mesh_axes:
+                raise ShardingError(
+                    f"{where}: unknown mesh axis '{axis}'; mesh axes: {', '.join(mesh_axes)}"
+                )
+            if axis in seen:
+                raise ShardingError(f"{where}: mesh axis '{axis}' is used twice in {list(spec)}")
+            seen.append(axis)
+
+
+def axes_of(dim) -> tuple[str, ...]:
+    """The mesh axes one dimension of a spec is split over."""
+    if dim is None:
+        return ()
+    return (dim,) if isinstance(dim, str) else tuple(dim)
+
+
+def shard_shape(shape: tuple[int, ...], spec: Spec, mesh_axes: dict[str, int]) -> tuple[int, ...]:
+    """Per-device shape; XLA pads a dimension that the axes do not divide evenly."""
+    return tuple(
+        -(-size // math.prod(mesh_axes[a] for a in axes_of(dim))) for size, dim in zip(shape, spec)
+    )
+
+
+def plan_params(model, rules: ShardingRules, mesh_axes: dict[str, int]) -> list[ParamPlan]:
+    """The per-parameter plan; pure bookkeeping, works on a meta-device model."""
+    params = dict(model.named_parameters())
+    chosen = match(list(params), rules.params, "param")
+    plan = []
+    for name, param in params.items():
+        rule = chosen[name]
+        # A scanned stack's weights are [layers, ...]: the layer dim is never split.
+        spec = (None, *rule.spec) if f".{STACKED}." in name else rule.spec
+        shape = tuple(param.shape)
+        check_spec(spec, shape, mesh_axes, f"param '{name}' (rule '{rule.pattern}')")
+        local = shard_shape(shape, spec, mesh_axes)
+        size = math.prod(local) * param.element_size()
+        plan.append(ParamPlan(name, rule.pattern, spec, shape, local, size))
+    return plan
+
+
+def match_activations(model, rules: ShardingRules) -> dict[str, Rule]:
+    names = [name for name, _ in model.named_modules() if name]
+    if not rules.activations:
+        return {}
+    covered = {
+        n: r for n in names if (r := next((r for r in rules.activations if r.matches(n)), None))
+    }
+    used = set(covered.values())
+    unused = [r.pattern for r in rules.activations if r not in used and not r.optional]
+    if unused:
+        raise ShardingError(
+            f"activation rule '{unused[0]}' matches no module (or an earlier "
+            "rule takes all its matches): fix or remove it"
+        )
+    return covered
+
+
+def format_plan(plan: list[ParamPlan]) -> str:
+    """A readable table: name, global shape, spec, per-device shard shape and bytes."""
+    from core.table import format_table
+
+    rows = [
+        (
+            p.name,
+            "x".join(map(str, p.shape)) or "scalar",
+            _fmt_spec(p.spec),
+            "x".join(map(str, p.shard_shape)) or "scalar",
+            f"{p.shard_bytes:,}",
+        )
+        for p in plan
+    ]
+    header = ("parameter", "shape", "spec", "per-device shard", "bytes/device")
+    total = sum(p.shard_bytes for p in plan)
+    return format_table(header, rows) + (
+        f"\ntotal per device: {total:,} bytes in {len(plan)} parameters"
+    )
+
+
+def _fmt_spec(spec: Spec) -> str:
+    def dim(d):
+        return "-" if d is None else d if isinstance(d, str) else "(" + ",".join(d) + ")"
+
+    return "[" + ", ".join(dim(d) for d in spec) + "]"

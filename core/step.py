@@ -1,0 +1,133 @@
+"""One optimizer step, apart from the loop that drives it: the model, task, optimizer,
+schedule, micro-batches and precision of a run, and nothing that reads data or writes
+files. The loop (core/engine.py) calls it with each batch; `zoo plan --compile` builds it
+over placeholders and traces one call for the slice's compiler.
+
+The step is traced once and replayed: no `.item()`, no host transfers inside it; metrics are
+read in a step closure after the graph ran.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+
+import torch
+
+from core.nan_guard import undone_unless, updated_tensors
+from core.optim import build_optimizer, build_schedule, create_state
+from core.task import Task
+
+
+class TrainStep:
+    """`step(batch) -> metrics`: forward and backward over `grad_accum` micro-batches,
+    gradient clipping, the update (undone in the graph under nan_policy=skip when the loss
+    or gradient norm is not finite) and the schedule's step."""
+
+    def __init__(self, model: torch.nn.Module, task: Task, optimizer, scheduler, *, backend,
+                 grad_accum: int, grad_clip: float, nan_policy: str, bf16: bool,
+                 accumulate_in_loop: bool):
+        self.model, self.task, self.backend = model, task, backend
+        self.optimizer, self.scheduler = optimizer, scheduler
+        self.grad_accum, self.grad_clip, self.nan_policy = grad_accum, grad_clip, nan_policy
+        self.bf16 = bf16
+        # one XLA while loop over micro-batches (the backend's), or unrolled into the graph
+        self.accumulate_in_loop = accumulate_in_loop and grad_accum > 1
+        self._aux_keys = None
+
+    @classmethod
+    def around(cls, model: torch.nn.Module, config, task: Task, backend, bf16: bool, *,
+               fill_state: Callable = create_state, accumulate_in_loop: bool | None = None):
+        """The step for a placed (sharded) model: its optimizer, the optimizer's state made
+        before the first trace (so the step compiles once; `fill_state` makes placeholders
+        instead when tracing ahead of time), and the schedule, in that order."""
+        optimizer = build_optimizer(config.optim, model.parameters())
+        fill_state(optimizer)
+        scheduler = build_schedule(config.schedule, optimizer, config.steps)
+        in_loop = backend.accumulates_in_loop if accumulate_in_loop is None else accumulate_in_loop
+        return cls(model, task, optimizer, scheduler, backend=backend,
+                   grad_accum=config.grad_accum, grad_clip=config.optim.grad_clip,
+                   nan_policy=config.nan_policy, bf16=bf16, accumulate_in_loop=in_loop)
+
+    def __call__(self, batch: dict) -> dict:
+        if self.accumulate_in_loop:
+            total, aux_sum = self._accumulate(batch)
+        else:
+            total, aux_sum = self._unrolled(batch)
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, self.grad_clip or float("inf"))
+        with self._update_guard(total, grad_norm):
+            extra = self.optimizer.step()  # custom optimizers may return a dict of metrics
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return {
+            "loss": total,
+            "grad_norm": grad_norm,
+            **aux_sum,
+            **(extra if isinstance(extra, dict) else {}),
+        }
+
+    def autocast(self):
+        """The run's precision for the step and any evaluation pass: bf16 runs compute
+        with bf16 copies of the fp32 weights (core/precision.py)."""
+        return self.backend.autocast(self.model, self.bf16)
+
+    def _unrolled(self, batch: dict) -> tuple:
+        """Each micro-batch's forward and backward one after another in the step's graph;
+        where processes split the batch, each weighs its loss by its share (the backend's)."""
+        accum, total, aux_sum = self.grad_accum, 0.0, {}
+        for micro in _micro_batches(batch, accum):
+            with self.autocast():
+                loss, aux = self.backend.run(self.task.loss, self.model, micro)
+            loss = self.backend.share_of_mean(loss, self.task, micro)
+            (loss / accum).backward()
+            total = total + loss.detach() / accum
+            for key, value in aux.items():
+                aux_sum[key] = aux_sum.get(key, 0.0) + value.detach() / accum
+        return total, aux_sum
+
+    def _accumulate(self, batch: dict) -> tuple:
+        """Mean loss and metrics over the micro-batches, gradients summed into `.grad`, in
+        one XLA while loop (torch_xla's gradient_accumulation): the graph and its compile
+        time stay those of one micro-batch whatever `grad_accum` is."""
+        accum, keys = self.grad_accum, sorted(batch)
+        micro = [_micro_batch_axis(batch[k], accum) for k in keys]
+        if self._aux_keys is None:  # traced lazily once, never run: which metrics the task logs
+            with torch.no_grad():
+                first = {k: m[0] for k, m in zip(keys, micro)}
+                self._aux_keys = sorted(self.task.loss(self.model, first)[1])
+
+        def one_micro_batch(*tensors):
+            inputs, aux_sums = tensors[:len(keys)], tensors[len(keys):]
+            with self.autocast():
+                loss, aux = self.task.loss(self.model, dict(zip(keys, inputs)))
+            sums = [s + aux[k].detach().float() / accum for s, k in zip(aux_sums, self._aux_keys)]
+            return (loss, *sums) if sums else loss  # torch_xla's convention without carries
+
+        zeros = [torch.zeros((), device=batch[keys[0]].device) for _ in self._aux_keys]
+        result = self.backend.gradient_accumulation(one_micro_batch, micro, self.model, *zeros)
+        loss, *sums = result if zeros else (result,)
+        return loss, dict(zip(self._aux_keys, sums))
+
+    def _update_guard(self, loss: torch.Tensor, grad_norm: torch.Tensor):
+        """nan_policy=skip: the optimizer step is undone, in the graph, when the loss or the
+        gradient norm is not finite. (stop is checked on the host: nothing in the graph.)"""
+        if self.nan_policy != "skip":
+            return contextlib.nullcontext()
+        finite = torch.isfinite(loss) & torch.isfinite(grad_norm)
+        return undone_unless(finite, updated_tensors(self.model, self.optimizer))
+
+
+def _micro_batch_axis(tensor: torch.Tensor, accum: int) -> torch.Tensor:
+    """[rows, ...] -> [accum, rows / accum, ...]: micro-batch i takes rows i, i + accum, ...
+    (strided), so each keeps every device's share of the batch."""
+    return tensor.view(tensor.shape[0] // accum, accum, *tensor.shape[1:]).transpose(0, 1)
+
+
+def _micro_batches(batch: dict, accum: int):
+    """The same strided micro-batches one after another, unrolled into the step graph."""
+    if accum == 1:
+        yield batch  # the usual step: no view ops in its graph
+        return
+    for i in range(accum):
+        yield {k: _micro_batch_axis(v, accum)[i] for k, v in batch.items()}

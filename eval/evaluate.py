@@ -1,0 +1,151 @@
+"""`zoo eval`: score a training run, checkpoint or Hugging Face folder.
+
+Language models go through lm-eval: tasks are resolved (and Hub datasets checked) before any
+model is loaded; `--device xla` scores with the zoo model on the XLA device
+(eval/xla_lm.py); cpu/cuda use lm-eval's own `hf` backend (eval/hf_lm.py). Both handle
+causal and seq2seq models. Families with
+their own evaluation (image classifiers: top-1) provide `evaluate`. A training checkpoint is
+exported once to RUN/hf/step-N and reused.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from core.errors import UserError
+from core.store.location import local_folder
+from eval.tasks_check import resolve_tasks
+
+RESULTS_FILE = "eval_results.json"
+
+
+def model_folder(checkpoint: str | Path) -> Path:
+    """An HF folder as is; a run or checkpoint folder (a path or a URL) through the export
+    cache."""
+    if _hf_folder(checkpoint) and list(Path(checkpoint).glob("*.safetensors")):
+        return Path(checkpoint)
+    from eval.export import cached_export
+
+    return cached_export(checkpoint)
+
+
+def evaluate(checkpoint: str, tasks: str | None, *, num_fewshot: int | None = None,
+             limit: int | None = None, batch_size: int = 8, device: str = "cpu",
+             out: str | None = None, data: str | None = None) -> tuple[list[tuple], str]:
+    """Score the model; returns (task, metric, value, stderr) rows and where the results
+    file is (in the run's bucket for a run there)."""
+    if out:
+        local_folder(out, "--out")  # before the model is scored, not after
+    # a run in a bucket (gs://, file://) is read where it is, exported into its local copy
+    path = checkpoint if "://" in checkpoint else Path(checkpoint)
+    if isinstance(path, Path) and not path.exists():
+        raise UserError(f"{checkpoint} does not exist")
+    family = family_of(path)
+    backend = family.task.eval_backend if family else "causal"
+    if backend is None:
+        options = {"data": data, "limit": limit, "batch_size": batch_size, "device": device}
+        folder = model_folder(path)
+        rows, record = family.task.evaluate(path, folder, options)
+    else:
+        if not tasks:
+            raise UserError("--tasks is required for language models, e.g. --tasks "
+                            "arc_easy_sample,hellaswag_sample")
+        names, manager = resolve_tasks(tasks)
+        folder = model_folder(path)
+        if not (folder / "tokenizer_config.json").is_file():
+            raise UserError(f"{folder} has no tokenizer (a run trained on "
+                            "data.source=synthetic has none), and lm-eval scores text; "
+                            "evaluate a run trained on text")
+        results = _lm_eval(folder, backend, device, batch_size, tasks=names,
+                           task_manager=manager, num_fewshot=num_fewshot, limit=limit,
+                           log_samples=True)
+        rows = metric_rows(results["results"])
+        record = {
+            "tasks": names, "num_fewshot": num_fewshot, "limit": limit,
+            "results": results["results"], "versions": results.get("versions"),
+            "loglikelihoods": per_choice_loglikelihoods(results.get("samples", {})),
+        }
+    # scored from the export cache: results go to the run folder, scores to its W&B run
+    from zoo.app.saved_run import load_run
+
+    run, home = (None, None) if folder == path else load_run(path)
+    target = Path(out) if out else (home.local if home else folder)
+    target.mkdir(parents=True, exist_ok=True)
+    record = {"checkpoint": str(path), "model_folder": str(folder), "device": device, **record}
+    results_file = target / RESULTS_FILE
+    results_file.write_text(json.dumps(record, indent=1, default=str))
+    if home:
+        _log_wandb(path, run.config.wandb, home, rows)
+        if not out:
+            home.push(RESULTS_FILE)
+            return rows, home.path(RESULTS_FILE)
+    return rows, str(results_file)
+
+
+def _hf_folder(path: str | Path) -> bool:
+    """A Hugging Face model folder on this disk (zoo's exports, or any other)."""
+    return "://" not in str(path) and (Path(path) / "config.json").is_file()
+
+
+def family_of(path: str | Path):
+    """The zoo family of a run, checkpoint or exported folder; None for other HF folders."""
+    from zoo.registry import FAMILIES, family
+
+    if _hf_folder(path):
+        config = Path(path) / "config.json"
+        architectures = json.loads(config.read_text()).get("architectures") or []
+        for name in FAMILIES:
+            if family(name).hf_class in architectures:
+                return family(name)
+        return None
+    from zoo.app.saved_run import load_run
+
+    return load_run(path)[0].family
+
+
+def _lm_eval(folder: Path, backend: str, device: str, batch_size: int, **common) -> dict:
+    import lm_eval
+
+    if device == "xla":
+        from eval.xla_lm import ZooXLALM
+
+        model = ZooXLALM(pretrained=str(folder), batch_size=batch_size, backend=backend)
+        return lm_eval.simple_evaluate(model=model, **common)
+    from eval.hf_lm import hf_lm
+
+    return lm_eval.simple_evaluate(model=hf_lm(folder, backend, device, batch_size), **common)
+
+
+def metric_rows(results: dict) -> list[tuple]:
+    rows = []
+    for task, metrics in sorted(results.items()):
+        for key, value in metrics.items():
+            metric, _, filter_name = key.partition(",")
+            if metric.endswith("_stderr") or metric == "sample_len" or not isinstance(
+                value, int | float
+            ):
+                continue
+            stderr = metrics.get(f"{metric}_stderr,{filter_name}")
+            rows.append((task, metric, value, stderr if isinstance(stderr, float) else None))
+    return rows
+
+
+def per_choice_loglikelihoods(samples: dict) -> dict:
+    """{task: [[log-likelihood of each choice] per document, in doc order]}."""
+    return {task: [[float(resp[0][0]) for resp in doc["resps"]]
+                   for doc in sorted(docs, key=lambda d: d["doc_id"])]
+            for task, docs in samples.items()}
+
+
+def _log_wandb(path: str | Path, wandb, home, rows: list[tuple]) -> None:
+    """When the run being evaluated logs to wandb, its eval scores go to its W&B run."""
+    from core.metrics import start_wandb
+    from core.store.run_folder import WANDB_ID
+
+    home.fetch(WANDB_ID)  # a run in a bucket: the id its training used
+    run = start_wandb(wandb, home.local, {"eval_of": str(path)})
+    home.push(WANDB_ID)
+    if run is not None:
+        run.log({f"zoo/eval/{task}/{metric}": value for task, metric, value, _ in rows})
+        run.finish()

@@ -1,0 +1,93 @@
+"""Resolve `--tasks` before any model is loaded: aliases, the shipped sample tasks, folders
+of task YAMLs, and lm-eval's built-in tasks, with Hub datasets checked for reachability."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from core.errors import UserError
+
+TASKS_DIR = Path(__file__).resolve().parent / "tasks"
+ALIASES = {"arc": ["arc_easy", "arc_challenge"]}
+LOCAL_BUILDERS = {"json", "csv", "parquet", "text", "arrow"}
+
+
+def sample_tasks_dir() -> Path:
+    """The shipped sample tasks with absolute data paths (their YAMLs use paths relative to
+    the repo root, which is where lm-eval resolves them), so any working directory works."""
+    out = Path(tempfile.gettempdir()) / "zoo-sample-tasks"
+    out.mkdir(exist_ok=True)
+    for source in TASKS_DIR.iterdir():
+        if source.suffix in (".yaml", ".py"):
+            text = source.read_text().replace("eval/tasks/data/", f"{TASKS_DIR}/data/")
+            (out / source.name).write_text(text)
+    return out
+
+
+def sample_task_names() -> list[str]:
+    return declared_task_names(TASKS_DIR)
+
+
+def declared_task_names(folder: Path) -> list[str]:
+    """The tasks a folder of lm-eval YAMLs declares: each file's `task:` name, or its
+    `group:` when `task:` lists the members; files that declare neither (bases that others
+    `include:`) add nothing. File names do not matter, as in lm-eval."""
+    from lm_eval.tasks._yaml_loader import load_yaml
+
+    names = []
+    for path in sorted(folder.glob("*.yaml")):
+        config = load_yaml(str(path), resolve_func=False, recursive=False) or {}
+        task, group = config.get("task"), config.get("group")
+        name = task if isinstance(task, str) else group if isinstance(group, str) else None
+        if name:
+            names.append(name)
+    return names
+
+
+def resolve_tasks(spec: str) -> tuple[list[str], object]:
+    """'arc,hellaswag_sample,./my_tasks' -> (task names, lm-eval TaskManager)."""
+    from lm_eval.tasks import TaskManager
+
+    names, include = [], [str(sample_tasks_dir())]
+    for item in filter(None, (part.strip() for part in spec.split(","))):
+        if Path(item).is_dir():
+            include.append(str(Path(item).resolve()))
+            declared = declared_task_names(Path(item))
+            if not declared:
+                raise UserError(f"task folder {item} has no YAML declaring a `task:` or "
+                                "`group:`; add one (see eval/tasks/*.yaml)")
+            names += declared
+        else:
+            names += ALIASES.get(item, [item])
+    manager = TaskManager(include_path=include, include_defaults=False)
+    if any(name not in manager.all_tasks for name in names):
+        manager = TaskManager(include_path=include)  # index lm-eval's built-ins (~7 s)
+    unknown = [name for name in names if name not in manager.all_tasks]
+    if unknown:
+        raise UserError(f"unknown task '{unknown[0]}'; sample tasks (offline): "
+                        f"{', '.join(sample_task_names())}; or any lm-eval task name, "
+                        "or a folder of task YAMLs")
+    _check_hub_datasets(names, manager)
+    return names, manager
+
+
+def _check_hub_datasets(names: list[str], manager) -> None:
+    from lm_eval.tasks._yaml_loader import load_yaml
+
+    from core.data import hub_reachable
+
+    reachable = None
+    for name in names:
+        entry = manager.task_index[name]
+        config = load_yaml(entry.yaml_path, resolve_func=False, recursive=True) \
+            if entry.yaml_path else {}
+        dataset = config.get("dataset_path")
+        if not dataset or dataset in LOCAL_BUILDERS or Path(dataset).exists():
+            continue
+        reachable = hub_reachable() if reachable is None else reachable
+        if not reachable:
+            raise UserError(
+                f"task '{name}' needs the Hugging Face Hub dataset '{dataset}', which is "
+                "unreachable from here (offline?); use the local sample tasks "
+                f"({', '.join(sample_task_names())}) or run where the Hub is reachable")

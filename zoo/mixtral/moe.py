@@ -1,0 +1,117 @@
+"""The sparse mixture-of-experts MLP: a top-k router and stacked SwiGLU experts, with
+static shapes throughout (no data-dependent indexing, no host syncs), so one XLA graph
+serves every batch and the SPMD partitioner can place experts on their own mesh axis.
+
+Parameter names are transformers 5's `MixtralSparseMoeBlock`: `gate.weight` [E, H],
+`experts.gate_up_proj` [E, 2I, H], `experts.down_proj` [E, H, I].
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from zoo.mixtral.config import MixtralConfig
+
+
+class ExpertProduct(nn.Module):
+    """Each expert's tokens times its own matrix, [E, groups, capacity, in] x [E, out, in]:
+    a module of its own (it holds no weights), so a sharding preset can pin its output like
+    any layer's and the partitioner gathers the expert weights, not every token."""
+
+    def forward(self, tokens, weights):
+        return torch.einsum("egci,eoi->egco", tokens, weights)
+
+
+class MixtralExperts(nn.Module):
+    """Every expert's SwiGLU on its own tokens: [E, groups, capacity, H] -> the same shape.
+    Its output (and its gate/up product's) is where a sharding preset pins the expert
+    layout (experts over `expert`)."""
+
+    def __init__(self, config: MixtralConfig):
+        super().__init__()
+        experts, hidden, inner = (config.num_local_experts, config.hidden_size,
+                                  config.intermediate_size)
+        self.gate_up_proj = nn.Parameter(torch.empty(experts, 2 * inner, hidden))
+        self.down_proj = nn.Parameter(torch.empty(experts, hidden, inner))
+        self.gate_up, self.down = ExpertProduct(), ExpertProduct()
+
+    def forward(self, tokens):
+        gate, up = self.gate_up(tokens, self.gate_up_proj).chunk(2, dim=-1)
+        return self.down(F.silu(gate) * up, self.down_proj)
+
+
+class MixtralRouter(nn.Module):
+    def __init__(self, config: MixtralConfig):
+        super().__init__()
+        self.top_k = config.num_experts_per_tok
+        self.weight = nn.Parameter(torch.empty(config.num_local_experts, config.hidden_size))
+
+    def forward(self, x):
+        """(fp32 router probabilities [..., E], top-k expert ids, their renormalised weights)."""
+        probs = F.linear(x, self.weight).float().softmax(-1)
+        weights, experts = probs.topk(self.top_k, dim=-1)
+        return probs, experts, weights / weights.sum(-1, keepdim=True)
+
+
+class MixtralSparseMoeBlock(nn.Module):
+    """forward(x [B, S, H]) -> (y [B, S, H], router statistics of this layer [2E + 1]):
+    tokens per expert (top-k assignments, E), router probability summed per expert (E;
+    differentiable: the load-balancing loss flows through it) and assignments kept (1), in
+    one vector because torch_xla's scan differentiates every per-layer output."""
+
+    # Its own einsums (one-hot dispatch and combine) move tokens: FLOPs that are not model
+    # FLOPs (the router's and the experts' are), as MaxText and torchprime count MoE FLOPs.
+    routes_by_matmul = True
+
+    def __init__(self, config: MixtralConfig):
+        super().__init__()
+        self.config = config
+        self.gate = MixtralRouter(config)
+        self.experts = MixtralExperts(config)
+        # where tokens reach their experts and come back: named points (identities) that a
+        # sharding preset can pin, so the partitioner moves tokens (all-to-all) instead of
+        # gathering every expert's tokens on every device
+        self.to_experts, self.from_experts = nn.Identity(), nn.Identity()
+
+    def forward(self, x):
+        probs, experts, weights = self.gate(x)
+        num_experts = self.config.num_local_experts
+        chosen = F.one_hot(experts, num_experts).to(probs.dtype)  # [B, S, k, E]
+        if self.config.dispatch == "dense" or not self.training:  # eval: dropless, as HF
+            y, kept = self._dense(x, chosen, weights), chosen.sum()
+        else:
+            y, kept = self._capacity(x, chosen, weights)
+        return y, torch.cat((chosen.sum((0, 1, 2)), probs.sum((0, 1)), kept.reshape(1)))
+
+    def _dense(self, x, chosen, weights):
+        """Every expert on every token; the router's weights zero the unchosen ones."""
+        combine = torch.einsum("bske,bsk->bse", chosen, weights).to(x.dtype)
+        out = self.experts(x.unsqueeze(0).expand(self.config.num_local_experts, -1, -1, -1))
+        return torch.einsum("ebsh,bse->bsh", out, combine)
+
+    def _capacity(self, x, chosen, weights):
+        """GShard dispatch with one group per sequence: an expert takes its first `capacity`
+        assignments, every token's first choice ahead of any second choice; the rest are
+        dropped. Returns y and the number of assignments kept."""
+        batch, seq, top_k, num_experts = chosen.shape
+        capacity = self.config.expert_capacity(seq)
+        by_rank = chosen.transpose(1, 2).reshape(batch, top_k * seq, num_experts)
+        slot = by_rank.cumsum(1) - 1  # position of each assignment in its expert's queue
+        kept = by_rank * (slot < capacity)
+        slots = F.one_hot(slot.clamp(0, capacity - 1).long(), capacity) * kept.unsqueeze(-1)
+        slots = slots.reshape(batch, top_k, seq, num_experts, capacity).to(x.dtype)
+        dispatch = slots.sum(1)  # [B, S, E, C]: 0/1, a token reaches an expert once at most
+        combine = torch.einsum("bksec,bsk->bsec", slots, weights.to(x.dtype))
+        out = self.experts(self.to_experts(torch.einsum("bsec,bsh->ebch", dispatch, x)))
+        return torch.einsum("bsec,ebch->bsh", combine, self.from_experts(out)), kept.sum()
+
+
+def load_balancing_loss(tokens_per_expert, router_probs, tokens: int):
+    """transformers' `load_balancing_loss_func` (Switch Transformer): with counts and
+    probabilities summed over all layers, E x sum_e (fraction routed to e) x (mean prob of e).
+    Inputs [layers, E]; `tokens` per layer."""
+    rows = tokens * tokens_per_expert.shape[0]
+    num_experts = tokens_per_expert.shape[-1]
+    return num_experts * torch.sum(tokens_per_expert.sum(0) / rows * router_probs.sum(0) / rows)

@@ -1,2 +1,0 @@
-"""Template for a new model family: `zoo new-model NAME` copies this folder to zoo/models/NAME,
-renaming mymodel/MyModel. See CONTRIBUTING.md."""

@@ -1,0 +1,135 @@
+"""The model zoo. A family module exposes `FAMILY` (a ModelFamily); models are named
+`<family>-<size>`, e.g. llama-1b. Families are found, not listed:
+
+- every zoo/<name>/family.py in this repository (what `zoo new-model NAME` creates);
+- installed packages that declare a `zoo.families` entry point, e.g. in pyproject.toml
+  `[project.entry-points."zoo.families"] mynet = "my_pkg.mynet.family"`;
+- ZOO_FAMILIES="mynet=my_pkg.mynet.family,other=..." (modules importable from PYTHONPATH),
+  a shortcut for a family that is not installed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.metadata
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from core.errors import UserError
+from core.task import Task
+
+ENTRY_POINT_GROUP = "zoo.families"
+
+
+def _in_tree_families() -> dict[str, str]:
+    families_dir = Path(__file__).resolve().parent
+    return {
+        path.parent.name: f"zoo.{path.parent.name}.family"
+        for path in sorted(families_dir.glob("*/family.py"))
+        if not path.parent.name.startswith("_")
+    }
+
+
+def _installed_families() -> dict[str, str]:
+    points = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+    return {point.name: point.value for point in points}
+
+
+def _external_families(spec: str) -> dict[str, str]:
+    pairs = [item.partition("=") for item in spec.split(",") if item.strip()]
+    if any(not name or not module for name, _, module in pairs):
+        raise UserError(f"ZOO_FAMILIES='{spec}' must look like name=package.module,name2=...")
+    return {name.strip(): module.strip() for name, _, module in pairs}
+
+
+FAMILIES = {
+    **_in_tree_families(),
+    **_installed_families(),
+    **_external_families(os.environ.get("ZOO_FAMILIES", "")),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelFamily:
+    """Everything the shared runtime, bench, plan, export and the conformance suite need to
+    know about a family. Field order: required first, Hugging Face interop last (optional)."""
+
+    name: str
+    config_cls: type  # dataclass of architecture hyper-parameters
+    sizes: dict  # size name -> config instance; "tiny" is the one the tests train
+    model_cls: type  # nn.Module built from a config; `init_weights(seed)` initialises it
+    task: Task  # what its models are trained for (zoo/tasks): data, loss, export extras, eval
+    presets_dir: Path  # holds sharding/*.yaml and remat/*.yaml
+    # The callables below take a run config (task.config_cls + `model`: the architecture).
+    # (run, causal=True) -> forward matmul FLOPs per item, where an item is the task's
+    # throughput unit (a token for LMs, an example for a classifier)
+    forward_flops: Callable
+    # (run, batch_per_device, tensor, remat, bytes_per_value, on_tpu) -> {term: bytes/device}
+    activation_bytes: Callable
+    hf_class: str | None = None  # transformers class an export loads as
+    hf_config: Callable | None = None  # model config -> transformers PretrainedConfig
+    config_from_hf: Callable | None = None  # hf_dir -> model config
+    load_hf: Callable | None = None  # (model, hf_dir) -> None: load HF weights into the model
+    # (model config, topology, mesh config) -> model config with the choices that depend on
+    # the hardware made, once, when a run is built (llama: attention=auto -> flash on a TPU)
+    for_slice: Callable | None = None
+    # (model config, total parameters) -> parameters one token runs through (a mixture of
+    # experts: the router and k experts per layer); None: all of them
+    active_parameters: Callable | None = None
+
+    def build(self, config, init: bool = True, seed: int = 0):
+        """The model for `config`, weights initialised from `seed` (or left as allocated:
+        under torch.device("meta") nothing is allocated at all)."""
+        model = self.model_cls(config)
+        if init:
+            model.init_weights(seed)
+        return model
+
+    def model_for(self, config, topo, mesh):
+        """The model config as it is built on `topo` over `mesh` (see `for_slice`)."""
+        return self.for_slice(config, topo, mesh) if self.for_slice else config
+
+    def preset(self, kind: str, name: str) -> Path:
+        path = self.presets_dir / kind / f"{name}.yaml"
+        if not path.is_file():
+            names = sorted(p.stem for p in (self.presets_dir / kind).glob("*.yaml"))
+            raise UserError(
+                f"{self.name} has no {kind} preset '{name}'; presets: {', '.join(names)}"
+            )
+        return path
+
+
+def family(name: str) -> ModelFamily:
+    return importlib.import_module(FAMILIES[name]).FAMILY
+
+
+def model_names() -> list[str]:
+    return [f"{fam}-{size}" for fam in FAMILIES for size in family(fam).sizes]
+
+
+def resolve(model_name: str) -> tuple[ModelFamily, str]:
+    """'llama-1b' -> (llama family, '1b'); unknown names list the valid ones."""
+    fam_name, _, size = model_name.partition("-")
+    if fam_name in FAMILIES and size in family(fam_name).sizes:
+        return family(fam_name), size
+    raise UserError(f"unknown model '{model_name}'; valid: {', '.join(model_names())}")
+
+
+def family_for_hf_architecture(architecture: str) -> ModelFamily:
+    """The family an exported Hugging Face folder (config.json `architectures`) belongs to."""
+    for name in FAMILIES:
+        if family(name).hf_class == architecture:
+            return family(name)
+    known = ", ".join(family(name).hf_class for name in FAMILIES if family(name).hf_class)
+    raise UserError(f"no zoo model family for Hugging Face class {architecture}; known: {known}")
+
+
+def parameter_count(fam: ModelFamily, size: str) -> int:
+    """Parameters of a size, counted on the meta device (nothing allocated)."""
+    import torch
+
+    with torch.device("meta"):
+        model = fam.build(fam.sizes[size], init=False)
+    return sum(p.numel() for p in model.parameters())

@@ -1,0 +1,23 @@
+"""Hugging Face checkpoints in: config.json -> T5Config, safetensors -> model."""
+
+from __future__ import annotations
+
+from core.hf import load_state, local_dir, read_config, read_safetensors
+from zoo.t5.config import T5Config
+
+# transformers keeps tied aliases of `shared`; this model embeds through `shared` only.
+EMBEDDING_ALIASES = ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight")
+
+
+def config_from_hf(name_or_path: str) -> T5Config:
+    from transformers import T5Config as HFT5Config
+
+    return T5Config.from_hf(HFT5Config.from_dict(read_config(name_or_path)))
+
+
+def load_hf(model, name_or_path: str) -> None:
+    """Copy an HF T5ForConditionalGeneration (v1.1) checkpoint into `model`."""
+    state = read_safetensors(local_dir(name_or_path))
+    for alias in EMBEDDING_ALIASES:
+        state.pop(alias, None)
+    load_state(model, state, name_or_path)

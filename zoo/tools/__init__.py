@@ -1,1 +1,0 @@
-"""The top floor: the `zoo` command line (zoo/tools/cli.py) and the TPU VM launcher under it."""
