@@ -29,10 +29,24 @@ Extension points (override in a subclass; the defaults are marked):
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 if TYPE_CHECKING:  # the CLI imports the registry, which imports this: keep torch out of it
+    from pathlib import Path
+
     import torch
+    from transformers import PretrainedConfig
+
+# A run config: an instance of the task's config_cls (a core.engine.TrainConfig) with the
+# family's architecture as `model`. Any, as each task's methods take its own class.
+RunConfig: TypeAlias = Any
+
+
+class Batches(Protocol):
+    """What `Task.data` returns: this host's share of each global batch."""
+
+    def batch(self, index: int) -> dict[str, torch.Tensor]:
+        """This host's rows of global batch `index`, a pure function of `index`."""
 
 
 class Task:
@@ -42,29 +56,33 @@ class Task:
     eval_backend: str | None = None
     generates_text = False
 
-    def resolve(self, config):
+    def resolve(self, config: RunConfig) -> RunConfig:
         return config
 
-    def data(self, config, process_index: int, process_count: int):
+    def data(self, config: RunConfig, process_index: int, process_count: int) -> Batches:
         raise NotImplementedError
 
-    def loss(self, model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, dict]:
+    def loss(self, model: torch.nn.Module,
+             batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         raise NotImplementedError
 
-    def loss_weight(self, batch: dict) -> torch.Tensor | None:
+    def loss_weight(self, batch: dict[str, torch.Tensor]) -> torch.Tensor | None:
         return None
 
-    def items_per_step(self, config) -> int:
+    def items_per_step(self, config: RunConfig) -> int:
         raise NotImplementedError
 
-    def example_batch(self, config, seed: int = 0) -> dict:
+    def example_batch(self, config: RunConfig, seed: int = 0) -> dict[str, torch.Tensor]:
         raise NotImplementedError
 
-    def write_hf_extras(self, config, hf_config, folder) -> None:
+    def write_hf_extras(self, config: RunConfig, hf_config: PretrainedConfig,
+                        folder: Path) -> None:
         return None
 
-    def evaluate(self, checkpoint, folder, options: dict) -> tuple[list[tuple], dict]:
+    def evaluate(self, checkpoint: str | Path, folder: Path,
+                 options: dict[str, Any]) -> tuple[list[tuple], dict]:
         raise NotImplementedError(f"{self.name} has no evaluation of its own")
 
-    def after_step(self, engine, step: int) -> dict | None:
+    # engine: a core.engine.Engine, Any as that module imports this one
+    def after_step(self, engine: Any, step: int) -> dict[str, float] | None:
         return None

@@ -128,6 +128,19 @@ class Topology:
     def one_slice(self) -> Topology:
         return parse(self.slice_name)
 
+    def describe(self) -> str:
+        """`zoo topology`'s lines: one field a line, in units a reader compares."""
+        lines = []
+        for key, value in self.to_dict().items():
+            if key == "peak_bf16_flops_per_chip":
+                value = f"{value / 1e12:g} TFLOP/s" if value else "measured by calibration (CPU)"
+            elif key == "hbm_bytes_per_chip":
+                value = f"{value / 2**30:g} GiB" if value else "host memory (CPU)"
+            elif key.endswith("_bytes_per_s_per_chip"):
+                value = f"{value / 1e9:g} GB/s each way" if value else "-"
+            lines.append(f"{key:26} {value}")
+        return "\n".join(lines)
+
     def to_dict(self) -> dict:
         """The fields, with the bandwidths of both networks per chip (None: not published
         or not a TPU): ICI inside a slice, DCN between slices."""

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from core.errors import UserError
 from core.store.location import local_folder
+from core.table import format_table
 from eval.tasks_check import resolve_tasks
 
 RESULTS_FILE = "eval_results.json"
@@ -149,3 +150,11 @@ def _log_wandb(path: str | Path, wandb, home, rows: list[tuple]) -> None:
     if run is not None:
         run.log({f"zoo/eval/{task}/{metric}": value for task, metric, value, _ in rows})
         run.finish()
+
+
+def describe(rows: list[tuple], results_file: Path) -> str:
+    """`zoo eval`'s console answer: a table of the scores and where they were written."""
+    table = [(task, metric, f"{value:.4f}", f"{stderr:.4f}" if stderr is not None else "-")
+             for task, metric, value, stderr in rows]
+    return f"{format_table(('task', 'metric', 'value', 'stderr'), table)}\nwrote {results_file}"
+

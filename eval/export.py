@@ -85,3 +85,10 @@ def cached_export(checkpoint: str | Path) -> Path:
         export(folder, out)
         home.push(out.relative_to(home.local).as_posix())
     return out
+
+
+def describe_export(checkpoint: str | Path, folder: Path) -> str:
+    """The line `zoo export` ends with: the folder, and the transformers class it loads as."""
+    hf_class = json.loads((folder / "config.json").read_text())["architectures"][0]
+    return f"exported {checkpoint} -> {folder} (loads with transformers' {hf_class})"
+

@@ -16,9 +16,17 @@ import importlib.metadata
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from core.errors import UserError
-from core.task import Task
+from core.task import RunConfig, Task
+
+if TYPE_CHECKING:  # the CLI imports this: keep torch and transformers out of it
+    import torch
+    from transformers import PretrainedConfig
+
+    from core.mesh import MeshConfig
+    from core.topology import Topology
 
 ENTRY_POINT_GROUP = "zoo.families"
 
@@ -51,35 +59,49 @@ FAMILIES = {
 }
 
 
+# A family's model config: the dataclass of its architecture's hyper-parameters.
+ModelConfig = TypeVar("ModelConfig")
+
+
+class ForwardFlops(Protocol):
+    def __call__(self, run: RunConfig, /, causal: bool = True) -> float:
+        """Forward matmul FLOPs per item, the task's throughput unit (a token for LMs, an
+        example for a classifier); `causal`: the scores a causal mask drops not counted."""
+
+
+class ActivationBytes(Protocol):
+    def __call__(self, run: RunConfig, batch_per_device: int, tensor: int, remat: str | None,
+                 bytes_per_value: int, on_tpu: bool, /) -> dict[str, float]:
+        """{term: bytes per device} of the activations a step keeps, `tensor` the mesh's
+        tensor axis, `remat` the remat policy of the checkpointed layers (None: no remat)."""
+
+
 @dataclasses.dataclass(frozen=True)
-class ModelFamily:
+class ModelFamily(Generic[ModelConfig]):
     """Everything the shared runtime, bench, plan, export and the conformance suite need to
     know about a family. Field order: required first, Hugging Face interop last (optional)."""
 
     name: str
-    config_cls: type  # dataclass of architecture hyper-parameters
-    sizes: dict  # size name -> config instance; "tiny" is the one the tests train
+    config_cls: type[ModelConfig]  # dataclass of architecture hyper-parameters
+    sizes: dict[str, ModelConfig]  # size name -> config; "tiny" is the one the tests train
     model_cls: type  # nn.Module built from a config; `init_weights(seed)` initialises it
     task: Task  # what its models are trained for (zoo/tasks): data, loss, export extras, eval
     presets_dir: Path  # holds sharding/*.yaml and remat/*.yaml
-    # The callables below take a run config (task.config_cls + `model`: the architecture).
-    # (run, causal=True) -> forward matmul FLOPs per item, where an item is the task's
-    # throughput unit (a token for LMs, an example for a classifier)
-    forward_flops: Callable
-    # (run, batch_per_device, tensor, remat, bytes_per_value, on_tpu) -> {term: bytes/device}
-    activation_bytes: Callable
+    # these two take a run config (task.config_cls + `model`: the architecture)
+    forward_flops: ForwardFlops
+    activation_bytes: ActivationBytes
     hf_class: str | None = None  # transformers class an export loads as
-    hf_config: Callable | None = None  # model config -> transformers PretrainedConfig
-    config_from_hf: Callable | None = None  # hf_dir -> model config
-    load_hf: Callable | None = None  # (model, hf_dir) -> None: load HF weights into the model
-    # (model config, topology, mesh config) -> model config with the choices that depend on
-    # the hardware made, once, when a run is built (llama: attention=auto -> flash on a TPU)
-    for_slice: Callable | None = None
+    hf_config: Callable[[ModelConfig], PretrainedConfig] | None = None
+    config_from_hf: Callable[[str], ModelConfig] | None = None  # HF folder or hub name
+    load_hf: Callable[[torch.nn.Module, str], None] | None = None  # HF weights into the model
+    # the model config with the choices that depend on the hardware made, once, when a run
+    # is built (llama: attention=auto -> flash on a TPU)
+    for_slice: Callable[[ModelConfig, Topology, MeshConfig], ModelConfig] | None = None
     # (model config, total parameters) -> parameters one token runs through (a mixture of
     # experts: the router and k experts per layer); None: all of them
-    active_parameters: Callable | None = None
+    active_parameters: Callable[[ModelConfig, int], int] | None = None
 
-    def build(self, config, init: bool = True, seed: int = 0):
+    def build(self, config: ModelConfig, init: bool = True, seed: int = 0) -> torch.nn.Module:
         """The model for `config`, weights initialised from `seed` (or left as allocated:
         under torch.device("meta") nothing is allocated at all)."""
         model = self.model_cls(config)
@@ -87,7 +109,7 @@ class ModelFamily:
             model.init_weights(seed)
         return model
 
-    def model_for(self, config, topo, mesh):
+    def model_for(self, config: ModelConfig, topo: Topology, mesh: MeshConfig) -> ModelConfig:
         """The model config as it is built on `topo` over `mesh` (see `for_slice`)."""
         return self.for_slice(config, topo, mesh) if self.for_slice else config
 
@@ -101,7 +123,7 @@ class ModelFamily:
         return path
 
 
-def family(name: str) -> ModelFamily:
+def family(name: str) -> ModelFamily[Any]:
     return importlib.import_module(FAMILIES[name]).FAMILY
 
 
@@ -109,7 +131,7 @@ def model_names() -> list[str]:
     return [f"{fam}-{size}" for fam in FAMILIES for size in family(fam).sizes]
 
 
-def resolve(model_name: str) -> tuple[ModelFamily, str]:
+def resolve(model_name: str) -> tuple[ModelFamily[Any], str]:
     """'llama-1b' -> (llama family, '1b'); unknown names list the valid ones."""
     fam_name, _, size = model_name.partition("-")
     if fam_name in FAMILIES and size in family(fam_name).sizes:
@@ -117,16 +139,16 @@ def resolve(model_name: str) -> tuple[ModelFamily, str]:
     raise UserError(f"unknown model '{model_name}'; valid: {', '.join(model_names())}")
 
 
-def family_for_hf_architecture(architecture: str) -> ModelFamily:
+def family_for_hf_architecture(architecture: str) -> ModelFamily[Any]:
     """The family an exported Hugging Face folder (config.json `architectures`) belongs to."""
     for name in FAMILIES:
         if family(name).hf_class == architecture:
             return family(name)
-    known = ", ".join(family(name).hf_class for name in FAMILIES if family(name).hf_class)
+    known = ", ".join(cls for cls in (family(name).hf_class for name in FAMILIES) if cls)
     raise UserError(f"no zoo model family for Hugging Face class {architecture}; known: {known}")
 
 
-def parameter_count(fam: ModelFamily, size: str) -> int:
+def parameter_count(fam: ModelFamily[Any], size: str) -> int:
     """Parameters of a size, counted on the meta device (nothing allocated)."""
     import torch
 

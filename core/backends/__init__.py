@@ -12,35 +12,23 @@ the host copy a checkpoint writes. Two implement it:
            checkpoints in the same layout; gloo on CPUs, NCCL on GPUs. TorchTPU runs this
            program on TPUs (`tpu_dist`, device "tpu"), which is what it is shaped for.
 
-What a backend answers (each implementation documents its own way):
-
-  device_count() process_index() process_count()   the run's devices and processes
-  check_remat(remat)                  refuse, in one line, a remat preset it cannot run
-  prepare(model, rules, mesh, bf16)   (model placed and sharded, parameter plan, mesh, axis
-                                      sizes); refuse a preset it cannot express
-  loader(host_batches, mesh, example) this process's batches on its devices
-  run(fn, *args)                      a use of the model (a loss, a validation forward)
-  share_of_mean(loss, task, batch)    this process's loss, weighed so the processes'
-                                      average is the batch's mean (Task.loss_weight)
-  autocast(model, bf16)               the step's precision context
-  gradient_accumulation(...)          micro-batches as one loop, where accumulates_in_loop
-  after_step(done, args)              hand the step's values to `done` once readable
-  sync() total(value)                 end an evaluation batch; a sum over every process
-  compile_stats() peak_flops(dtype, devices) profiler(config, run_dir)
-  one_console                         its processes share one console: the first speaks
-  materialize() rng_state() set_rng_state(state) host_copy(state) save_planner()
-  load_planner()                      what a checkpoint save and restore need
-
-A backend refuses in one line what it cannot run."""
+What a backend answers, method by method, is the `Backend` protocol (core/backends/contract.py);
+`get` returning either backend as one is where mypy checks that both implement it."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from core.backends.contract import Backend
 from core.errors import UserError
+
+if TYPE_CHECKING:
+    import torch
 
 BACKENDS = ("xla", "dtensor")
 
 
-def get(name: str):
+def get(name: str) -> Backend:
     """The backend called `name` (imported only when asked for: neither needs the other)."""
     if name == "xla":
         from core.backends.xla import XlaBackend
@@ -59,7 +47,7 @@ def get(name: str):
     raise UserError(f"backend '{name}' is not one of {', '.join(BACKENDS)}")
 
 
-def zeros_like_param(param, dtype=None):
+def zeros_like_param(param: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
     """Zeros shaped like `param`, on its device with its sharding: optimizer state as a
     training step would create it. Made on the host and transferred, so no graph compiles."""
     import torch

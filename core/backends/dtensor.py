@@ -21,11 +21,25 @@ import contextlib
 import os
 import socket
 import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 
+from core.backends.contract import Batch, RematPreset, Result, StepArgs, StepDone, StepValues
 from core.errors import UserError
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor import Shard
+
+    from core.mesh import MeshConfig
+    from core.profile import ProfileConfig
+    from core.sharding import ParamPlan, ShardingRules
+    from core.task import Task
 
 MESH_AXES = ("data", "fsdp")  # what an FSDP2 (HSDP) mesh expresses
 # Dense bf16 peak FLOP/s per GPU from the vendors' data sheets (SXM parts), by name prefix.
@@ -38,7 +52,7 @@ class DTensorBackend:
     accumulates_in_loop = False  # micro-batches unrolled in Python: eager ops, no trace
     one_console = True  # torchrun's processes share the launcher's: the first one speaks
 
-    def __init__(self):
+    def __init__(self) -> None:
         if "RANK" not in os.environ:  # one process not started by torchrun: a group of one
             os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1",
                               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
@@ -61,12 +75,13 @@ class DTensorBackend:
     def process_count(self) -> int:
         return dist.get_world_size()
 
-    def check_remat(self, remat) -> None:
+    def check_remat(self, remat: RematPreset) -> None:
         if remat.scan:
             raise UserError("remat presets that scan a layer stack use torch_xla's scan; "
                             "with --backend dtensor use remat=none or remat=checkpoint")
 
-    def prepare(self, model, rules, mesh_config, bf16: bool):
+    def prepare(self, model: torch.nn.Module, rules: ShardingRules, mesh_config: MeshConfig,
+                bf16: bool) -> tuple[torch.nn.Module, list[ParamPlan], DeviceMesh, dict[str, int]]:
         """(model sharded with fully_shard on this process's device, the parameter plan, the
         DeviceMesh, its axis sizes)."""
         from torch.distributed.device_mesh import init_device_mesh
@@ -94,7 +109,7 @@ class DTensorBackend:
         if self.device.type == "cuda":
             for block in blocks:
                 block.compile()
-        options = {
+        options: dict[str, Any] = {
             # data > 1: HSDP, replicated over data and sharded over fsdp
             "mesh": mesh if sizes["data"] > 1 else mesh["fsdp"],
             "shard_placement_fn": lambda param: _shard(shard_dims.get(id(param), 0)),
@@ -109,16 +124,18 @@ class DTensorBackend:
         self.root = fully_shard(_Root(model), **options)
         return model, plan, mesh, {a: sizes[a] for a in MESH_AXES}
 
-    def run(self, fn, *args):
+    def run(self, fn: Callable[..., Result], *args: Any) -> Result:
         """`fn(*args)`, a use of the model (a task's loss, a validation forward), as the
         forward of FSDP2's root: the weights outside the blocks (embeddings, final norm,
         head) are gathered around it whichever methods of the model it calls."""
-        result = self.root(fn, *args)
+        # fully_shard returns the _Root itself, its class made a subclass of FSDPModule too;
+        # torch types the result as the FSDPModule mixin alone, which is not callable
+        result = self.root(fn, *args)  # type: ignore[operator]
         if not torch.is_grad_enabled():  # no backward will reshard the root's weights, and
             self.root.reshard()  # gathered ones are not the parameters the optimizer holds
         return result
 
-    def share_of_mean(self, loss: torch.Tensor, task, batch: dict) -> torch.Tensor:
+    def share_of_mean(self, loss: torch.Tensor, task: Task, batch: Batch) -> torch.Tensor:
         """This process's mean loss, scaled so that the processes' average (what FSDP2's
         gradient reduction and `after_step` take) is the whole batch's mean: a process whose
         rows hold more of what the loss averages over (tokens not padded) weighs more."""
@@ -137,20 +154,28 @@ class DTensorBackend:
         dist.all_reduce(value)
         return value
 
-    def profiler(self, config, run_dir):
+    def profiler(self, config: ProfileConfig, run_dir: Path) -> _NoProfile:
         if config.start_step:
             raise UserError("profile.start_step captures an XLA profile; the dtensor backend "
                             "has no profiler yet: run torch.profiler around `zoo train`")
         return _NoProfile()
 
-    def loader(self, host_batches, mesh, example: dict):
+    def loader(self, host_batches: Iterable[Batch], mesh: object,
+               example: Batch) -> Iterator[Batch]:
         for batch in host_batches:
             yield {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
 
-    def autocast(self, model, bf16: bool):
+    def autocast(self, model: torch.nn.Module, bf16: bool) -> contextlib.nullcontext[None]:
         return contextlib.nullcontext()  # FSDP2's mixed precision policy casts the weights
 
-    def after_step(self, done, args: tuple) -> None:
+    def gradient_accumulation(
+            self, one_micro_batch: Callable[..., torch.Tensor | tuple[torch.Tensor, ...]],
+            micro: Sequence[torch.Tensor], model: torch.nn.Module,
+            *carries: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        """Never asked for (accumulates_in_loop is False): micro-batches run unrolled."""
+        raise NotImplementedError("the dtensor backend unrolls micro-batches (core/step.py)")
+
+    def after_step(self, done: StepDone, args: StepArgs) -> None:
         """The step has run (eager): `done` gets its values over all processes (each
         process's loss and metrics are means over its rows; their mean is the batch's)."""
         step, values, lr, batch = args
@@ -181,23 +206,23 @@ class DTensorBackend:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
-    def rng_state(self) -> dict:
+    def rng_state(self) -> dict[str, Any]:
         state = {"torch": torch.get_rng_state()}
         if self.device.type == "cuda":
             state["cuda"] = torch.cuda.get_rng_state(self.device)
         return state
 
-    def set_rng_state(self, state: dict) -> None:
+    def set_rng_state(self, state: dict[str, Any]) -> None:
         torch.set_rng_state(state["torch"])
         if self.device.type == "cuda" and "cuda" in state:
             torch.cuda.set_rng_state(state["cuda"], self.device)
 
-    def host_copy(self, state: dict) -> dict:
+    def host_copy(self, state: dict[str, torch.Tensor]) -> dict[str, Any]:
         """Each process's own shards copied to host memory, as DTensors with the originals'
         layout (what a background write reads while training changes the originals)."""
         from torch.distributed.tensor import DTensor
 
-        def copied(value):
+        def copied(value: torch.Tensor) -> torch.Tensor:
             if not isinstance(value, DTensor):
                 return value.detach().cpu().clone()
             local = value.to_local().detach().cpu().clone()
@@ -206,10 +231,10 @@ class DTensorBackend:
 
         return {k: copied(v) for k, v in state.items()}
 
-    def save_planner(self):
+    def save_planner(self) -> None:
         return None  # DCP's default planner: DTensor shards, replicas written once
 
-    def load_planner(self):
+    def load_planner(self) -> None:
         return None
 
 
@@ -222,10 +247,10 @@ def gpu_bf16_peak(name: str) -> float:
                     "core/backends/dtensor.py")
 
 
-def repeated_blocks(model) -> list[torch.nn.Module]:
+def repeated_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
     """The layers of every stack of identical layers (zoo's LayerStack, transformers'
     `layers` ModuleList): FSDP2 units and torch.compile regions."""
-    blocks = []
+    blocks: list[torch.nn.Module] = []
     for module in model.modules():
         if isinstance(module, torch.nn.ModuleList) and len(module) > 1:
             if len({type(layer) for layer in module}) == 1:
@@ -242,7 +267,7 @@ class _NoProfile:
     def step_ended(self, step: int, last: bool) -> None:
         return None
 
-    def region(self, name: str):
+    def region(self, name: str) -> contextlib.nullcontext[None]:
         return contextlib.nullcontext()
 
 
@@ -250,27 +275,27 @@ class _Root(torch.nn.Module):
     """The model under a root whose forward runs any function of it: tasks call the model's
     own methods (`hidden_states`, `logits`, ...), which FSDP2 does not hook."""
 
-    def __init__(self, model):
+    def __init__(self, model: torch.nn.Module) -> None:
         super().__init__()
         self.model = model
 
-    def forward(self, fn, *args):
+    def forward(self, fn: Callable[..., Any], *args: Any) -> Any:
         return fn(*args)
 
 
-def _tables_in(block) -> list[torch.nn.Module]:
+def _tables_in(block: torch.nn.Module) -> list[torch.nn.Module]:
     """A block's lookup tables, each an FSDP unit of its own: a stack may read one outside
     its layer's forward (T5 computes every layer's position bias from layer 0's table)."""
     return [m for m in block.modules() if isinstance(m, torch.nn.Embedding)]
 
 
-def _fsdp_dims(model, plan) -> dict[int, int]:
+def _fsdp_dims(model: torch.nn.Module, plan: list[ParamPlan]) -> dict[int, int]:
     """id(parameter) -> the dimension its preset splits over fsdp (absent: dim 0, where
     FSDP shards every parameter its preset replicates)."""
     from core.sharding import axes_of
 
     params = dict(model.named_parameters())
-    dims = {}
+    dims: dict[int, int] = {}
     for entry in plan:
         for dim, axes in enumerate(entry.spec):
             if "fsdp" in axes_of(axes):
@@ -278,13 +303,13 @@ def _fsdp_dims(model, plan) -> dict[int, int]:
     return dims
 
 
-def _shard(dim: int):
+def _shard(dim: int) -> Shard:
     from torch.distributed.tensor import Shard
 
     return Shard(dim)
 
 
-def _global_values(values: dict, world: int) -> dict:
+def _global_values(values: StepValues, world: int) -> StepValues:
     """Per-process scalars averaged over the processes in one all-reduce; DTensors (the
     gradient norm) made whole."""
     from torch.distributed.tensor import DTensor

@@ -5,6 +5,7 @@ from pathlib import Path
 from core.decoder_shape import DecoderShape
 from core.flops import decoder_lm_forward_flops_per_token
 from core.memory import decoder_stack_activation_bytes
+from core.task import RunConfig
 from zoo.registry import ModelFamily
 from zoo.tasks.causal_lm import CAUSAL_LM
 
@@ -18,12 +19,13 @@ def decoder_shape(config: MyModelConfig) -> DecoderShape:
                         intermediate=config.mlp_ratio * config.hidden_size, gated_mlp=False)
 
 
-def forward_flops(run, causal: bool = True) -> float:
+def forward_flops(run: RunConfig, causal: bool = True) -> float:
     """Forward matmul FLOPs per token (the position embedding is a lookup, not a matmul)."""
     return decoder_lm_forward_flops_per_token(decoder_shape(run.model), run.seq_len, causal)
 
 
-def activation_bytes(run, batch_per_device, tensor, remat, bytes_per_value, on_tpu):
+def activation_bytes(run: RunConfig, batch_per_device: int, tensor: int, remat: str | None,
+                     bytes_per_value: int, on_tpu: bool) -> dict[str, float]:
     return decoder_stack_activation_bytes(
         decoder_shape(run.model), seq=run.seq_len, batch=batch_per_device, tensor=tensor,
         remat=remat, bytes_per_value=bytes_per_value, flash=False)

@@ -113,3 +113,15 @@ def _refuse_non_finite(ids, scores):
         raise UserError("the model's outputs are not finite numbers (its weights "
                         "diverged?); sample from an earlier checkpoint")
     return scores
+
+
+def sample_after_training(run_folder: str, prompt: str) -> str:
+    """The sample line `zoo train` ends with; a run that went well but cannot be sampled
+    says why instead."""
+    try:
+        model, tokenizer = load_for_generation(run_folder)
+        sample = generate(model, tokenizer, prompt, max_new_tokens=40, temperature=0.8, top_k=40)
+    except UserError as error:
+        return f"sample: none, {error}"
+    return f"sample: {sample!r}"
+

@@ -39,7 +39,7 @@ def check_not_shadowing(name: str) -> None:
                         "choose another name")
 
 
-def scaffold(name: str, parent: Path | None = None) -> Path:
+def scaffold(name: str, parent: str | Path | None = None) -> Path:
     """Copy the template to PARENT/NAME (default: zoo/NAME)."""
     if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
         raise UserError(
@@ -49,7 +49,7 @@ def scaffold(name: str, parent: Path | None = None) -> Path:
     if name in FAMILIES:
         raise UserError(f"a family called '{name}' is already registered; choose another name")
     check_not_shadowing(name)
-    target = (parent or FAMILIES_DIR) / name
+    target = Path(parent or FAMILIES_DIR) / name
     if target.exists():
         raise UserError(f"{target} already exists; remove it or choose another name")
     shutil.copytree(TEMPLATE, target, ignore=shutil.ignore_patterns("__pycache__"))
@@ -59,3 +59,15 @@ def scaffold(name: str, parent: Path | None = None) -> Path:
             path.write_text(text.replace("mymodel", name))
     (target / "__init__.py").write_text(f'"""The {name} model family (from the zoo template)."""\n')
     return target
+
+
+def next_steps(name: str, target: Path, parent: str | Path | None) -> str:
+    """What `zoo new-model` says it made, how a folder out of the tree is registered, and
+    what to run next."""
+    lines = [f"created {target}/ (config, model, family, sharding/, remat/)"]
+    if parent:
+        lines.append(f"register it: export ZOO_FAMILIES={name}={name}.family "
+                     f"PYTHONPATH={Path(parent).resolve()} (or a `zoo.families` entry point)")
+    lines.append(f"next: zoo train {name}-tiny --tpu cpu-4 --steps 50; pytest -k {name}")
+    return "\n".join(lines)
+

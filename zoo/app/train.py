@@ -195,3 +195,20 @@ def _hold_run(cfg, home, family: ModelFamily, held: contextlib.ExitStack) -> Non
         home.push()
         if cfg.checkpoint_dir:  # checkpoints elsewhere say which run they belong to
             location.write_text(LOCATION_CONFIG, config_lib.to_yaml(cfg))
+
+
+def describe_summary(summary: dict, out: str) -> str:
+    """The line a finished `zoo train` prints: steps, loss, speed, compiles, run folder."""
+    from core.engine import MIN_TIMED_STEPS, WARMUP_STEPS  # torch: start-up
+
+    speed = (f"median step {summary['median_step_time_s']:.3f} s, "
+             f"{summary['items_per_s']:,.0f} {summary['unit']}/s, MFU {summary['mfu']:.1%}"
+             if summary["mfu"] is not None else
+             f"too few steps to time (after {WARMUP_STEPS} warm-up steps, "
+             f"{MIN_TIMED_STEPS} are timed)")
+    compiles = ", ".join(f"{s:.1f} s" for s in summary["compile_s"]) or "none new"
+    return (f"done: steps {summary['first_step']}-{summary['last_step']}, loss "
+            f"{summary['first_loss']:.3f} -> {summary['last_loss']:.3f}, {speed}, "
+            f"{summary['compiles']} compile{'s' * (summary['compiles'] != 1)} ({compiles}); "
+            f"run folder {out}")
+

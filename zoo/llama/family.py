@@ -2,16 +2,23 @@
 
 import dataclasses
 from pathlib import Path
+from typing import TypeVar
 
 from core.decoder_shape import DecoderShape
 from core.errors import UserError
 from core.flops import decoder_lm_forward_flops_per_token
 from core.memory import decoder_stack_activation_bytes
+from core.mesh import MeshConfig
+from core.task import RunConfig
+from core.topology import Topology
 from zoo.llama.config import SIZES, LlamaConfig
 from zoo.llama.hf import config_from_hf, load_hf
 from zoo.llama.model import LlamaForCausalLM
 from zoo.registry import ModelFamily
 from zoo.tasks.causal_lm import CAUSAL_LM
+
+# LlamaConfig or a subclass (Mixtral's): for_slice returns what it is given
+LlamaLike = TypeVar("LlamaLike", bound=LlamaConfig)
 
 
 def decoder_shape(config: LlamaConfig) -> DecoderShape:
@@ -21,12 +28,13 @@ def decoder_shape(config: LlamaConfig) -> DecoderShape:
                         intermediate=config.intermediate_size)
 
 
-def forward_flops(run, causal: bool = True) -> float:
+def forward_flops(run: RunConfig, causal: bool = True) -> float:
     """Forward matmul FLOPs per token at the run's sequence length."""
     return decoder_lm_forward_flops_per_token(decoder_shape(run.model), run.seq_len, causal)
 
 
-def activation_bytes(run, batch_per_device, tensor, remat, bytes_per_value, on_tpu):
+def activation_bytes(run: RunConfig, batch_per_device: int, tensor: int, remat: str | None,
+                     bytes_per_value: int, on_tpu: bool) -> dict[str, float]:
     return decoder_stack_activation_bytes(
         decoder_shape(run.model), seq=run.seq_len, batch=batch_per_device, tensor=tensor,
         remat=remat, bytes_per_value=bytes_per_value,
@@ -34,7 +42,7 @@ def activation_bytes(run, batch_per_device, tensor, remat, bytes_per_value, on_t
         logit_positions=run.model.loss_chunk_tokens)
 
 
-def for_slice(config: LlamaConfig, topo, mesh) -> LlamaConfig:
+def for_slice(config: LlamaLike, topo: Topology, mesh: MeshConfig) -> LlamaLike:
     """`attention=auto` made concrete for the hardware and mesh: flash on a TPU, plain
     elsewhere. torch_xla's flash kernel splits batch and heads only: with the sequence split
     over devices it would gather every query and compute all of attention on each device."""

@@ -5,6 +5,7 @@ from pathlib import Path
 from core.decoder_shape import DecoderShape
 from core.flops import decoder_lm_forward_flops_per_token
 from core.memory import decoder_stack_activation_bytes
+from core.task import RunConfig
 from zoo.llama.family import for_slice
 from zoo.mixtral.config import SIZES, MixtralConfig
 from zoo.mixtral.hf import config_from_hf, load_hf
@@ -23,7 +24,7 @@ def decoder_shape(config: MixtralConfig) -> DecoderShape:
                         router_experts=config.num_local_experts)
 
 
-def forward_flops(run, causal: bool = True) -> float:
+def forward_flops(run: RunConfig, causal: bool = True) -> float:
     """Forward matmul FLOPs per token at the run's sequence length (active experts only, as
     MaxText and torchprime count MoE FLOPs)."""
     return decoder_lm_forward_flops_per_token(decoder_shape(run.model), run.seq_len, causal)
@@ -36,7 +37,8 @@ def active_parameters(config: MixtralConfig, total: int) -> int:
     return total - config.num_hidden_layers * idle * per_expert
 
 
-def activation_bytes(run, batch_per_device, tensor, remat, bytes_per_value, on_tpu):
+def activation_bytes(run: RunConfig, batch_per_device: int, tensor: int, remat: str | None,
+                     bytes_per_value: int, on_tpu: bool) -> dict[str, float]:
     return decoder_stack_activation_bytes(
         decoder_shape(run.model), seq=run.seq_len, batch=batch_per_device, tensor=tensor,
         remat=remat, bytes_per_value=bytes_per_value, flash=run.model.uses_flash(on_tpu),

@@ -3,6 +3,7 @@
 from pathlib import Path
 
 from core.memory import decoder_layer_activation_bytes
+from core.task import RunConfig
 from zoo.registry import ModelFamily
 from zoo.t5.config import SIZES, T5Config
 from zoo.t5.hf import config_from_hf, load_hf
@@ -10,7 +11,7 @@ from zoo.t5.model import T5ForConditionalGeneration
 from zoo.tasks.seq2seq import SEQ2SEQ
 
 
-def forward_flops(run, causal: bool = True) -> float:
+def forward_flops(run: RunConfig, causal: bool = True) -> float:
     """Forward matmul FLOPs per target token (the trainer's item), at the run's source and
     target lengths: encoder over the source, decoder self-attention over the target (causal
     halves its score matrix unless `causal=False`), cross-attention target x source, and
@@ -28,13 +29,14 @@ def forward_flops(run, causal: bool = True) -> float:
     return 2.0 * macs / tgt
 
 
-def activation_bytes(run, batch_per_device, tensor, remat, bytes_per_value, on_tpu):
+def activation_bytes(run: RunConfig, batch_per_device: int, tensor: int, remat: str | None,
+                     bytes_per_value: int, on_tpu: bool) -> dict[str, float]:
     """core/memory.py's transformer-layer estimate for every encoder block (over the source)
     and decoder block (over the target; cross-attention counted like self-attention over
     the longer side), fp32 logits; with remat each block keeps only its input."""
     c = run.model
 
-    def layer(seq):
+    def layer(seq: int) -> float:
         return decoder_layer_activation_bytes(
             seq=seq, batch=batch_per_device, hidden=c.d_model, heads=c.num_heads,
             tensor=tensor, bytes_per_value=bytes_per_value)

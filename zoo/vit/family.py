@@ -4,6 +4,7 @@ from pathlib import Path
 
 from core.decoder_shape import DecoderShape
 from core.memory import decoder_stack_activation_bytes
+from core.task import RunConfig
 from zoo.registry import ModelFamily
 from zoo.tasks.image_classification import IMAGE_CLASSIFICATION
 from zoo.vit.config import SIZES, ViTConfig
@@ -11,7 +12,7 @@ from zoo.vit.hf import config_from_hf, load_hf
 from zoo.vit.model import ViTForImageClassification
 
 
-def forward_flops(run, causal: bool = True) -> float:
+def forward_flops(run: RunConfig, causal: bool = True) -> float:
     """Forward matmul FLOPs per image. Attention is over all patches + the class token in
     both directions, so `causal` changes nothing (no half-matrix convention applies)."""
     c = run.model
@@ -23,7 +24,8 @@ def forward_flops(run, causal: bool = True) -> float:
     return 2.0 * (patch_embed + c.num_hidden_layers * (per_layer + attention) + classifier)
 
 
-def activation_bytes(run, batch_per_device, tensor, remat, bytes_per_value, on_tpu):
+def activation_bytes(run: RunConfig, batch_per_device: int, tensor: int, remat: str | None,
+                     bytes_per_value: int, on_tpu: bool) -> dict[str, float]:
     """The decoder-layer estimate (core/memory.py) over patches + class token; the "logits"
     term then over-counts (every token instead of the class token), which is negligible."""
     c = run.model

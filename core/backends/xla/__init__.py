@@ -1,14 +1,29 @@
 """The xla backend: torch_xla's SPMD, one process per host driving all of its devices with
 one global program, traced once and replayed (TPU VMs; XLA:CPU's virtual devices here).
-See core/backends/__init__.py for what a backend answers."""
+Implements core/backends/contract.py's Backend, whose methods say what each one answers."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from core.backends.contract import Batch, RematPreset, Result, StepArgs, StepDone
 from core.errors import UserError
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from torch.distributed.checkpoint.planner import LoadPlanner, SavePlanner
+
+    from core.backends.xla.profile import StepProfiler
+    from core.mesh import MeshConfig
+    from core.profile import ProfileConfig
+    from core.sharding import ParamPlan, ShardingRules
+    from core.task import Task
 
 
 class XlaBackend:
@@ -31,10 +46,11 @@ class XlaBackend:
 
         return xr.process_count()
 
-    def check_remat(self, remat) -> None:
+    def check_remat(self, remat: RematPreset) -> None:
         return None  # scan and every policy are torch_xla's own
 
-    def prepare(self, model, rules, mesh_config, bf16: bool):
+    def prepare(self, model: torch.nn.Module, rules: ShardingRules, mesh_config: MeshConfig,
+                bf16: bool) -> tuple[torch.nn.Module, list[ParamPlan], object, dict[str, int]]:
         """(model on the XLA device, each parameter marked with its preset's sharding, the
         parameter plan, the SPMD mesh, its axis sizes)."""
         import torch_xla
@@ -46,11 +62,11 @@ class XlaBackend:
         model = model.to(torch_xla.device())
         return model, shard_model(model, rules, mesh), mesh, axis_sizes(mesh)
 
-    def run(self, fn, *args):
+    def run(self, fn: Callable[..., Result], *args: Any) -> Result:
         """`fn(*args)`, a use of the model: traced into the step's graph."""
         return fn(*args)
 
-    def share_of_mean(self, loss, task, batch):
+    def share_of_mean(self, loss: torch.Tensor, task: Task, batch: Batch) -> torch.Tensor:
         return loss  # one global program: the loss is already the whole batch's
 
     def sync(self) -> None:
@@ -62,27 +78,31 @@ class XlaBackend:
     def total(self, value: torch.Tensor) -> torch.Tensor:
         return value  # SPMD tensors are global: their sums are already every host's
 
-    def profiler(self, config, run_dir):
+    def profiler(self, config: ProfileConfig, run_dir: Path) -> StepProfiler:
         from core.backends.xla.profile import StepProfiler
 
         return StepProfiler(config, run_dir)
 
-    def loader(self, host_batches, mesh, example: dict):
+    def loader(self, host_batches: Iterable[Batch], mesh: object,
+               example: Batch) -> Iterator[Batch]:
         from core.backends.xla.spmd import device_loader
 
         return device_loader(host_batches, mesh, example)
 
-    def autocast(self, model, bf16: bool):
+    def autocast(self, model: torch.nn.Module, bf16: bool) -> AbstractContextManager[object]:
         from core.precision import compute_in
 
         return compute_in(model, torch.bfloat16 if bf16 else torch.float32)
 
-    def gradient_accumulation(self, one_micro_batch, micro, model, *carries):
+    def gradient_accumulation(
+            self, one_micro_batch: Callable[..., torch.Tensor | tuple[torch.Tensor, ...]],
+            micro: Sequence[torch.Tensor], model: torch.nn.Module,
+            *carries: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, ...]:
         from torch_xla.experimental.gradient_accumulation import gradient_accumulation
 
         return gradient_accumulation(one_micro_batch, micro, model, *carries)
 
-    def after_step(self, done, args: tuple) -> None:
+    def after_step(self, done: StepDone, args: StepArgs) -> None:
         """Run the traced step; `done(*args)` reads its values once the graph has run."""
         import torch_xla.core.xla_model as xm
 
@@ -110,14 +130,14 @@ class XlaBackend:
 
         sync_and_wait()
 
-    def rng_state(self) -> dict:
+    def rng_state(self) -> dict[str, Any]:
         # Every sync advances torch_xla's RNG seed: read right after `materialize`, a resumed
         # run then draws exactly what the saving run draws next.
         import torch_xla.core.xla_model as xm
 
         return {"torch": torch.get_rng_state(), "xla": xm.get_rng_state()}
 
-    def set_rng_state(self, state: dict) -> None:
+    def set_rng_state(self, state: dict[str, Any]) -> None:
         import torch_xla.core.xla_model as xm
 
         self.materialize()
@@ -125,7 +145,7 @@ class XlaBackend:
         if "xla" in state:  # not in a checkpoint the dtensor backend wrote
             xm.set_rng_state(state["xla"])  # last: a sync after this would advance the seed
 
-    def host_copy(self, state: dict) -> dict:
+    def host_copy(self, state: dict[str, torch.Tensor]) -> dict[str, Any]:
         """A copy of the state in host memory: each XLA tensor's local shards (no gather), CPU
         tensors cloned. What a background write reads while training changes the originals."""
         from torch_xla.experimental.distributed_checkpoint._helpers import (
@@ -137,18 +157,18 @@ class XlaBackend:
                   (_sharded_cpu_state_dict(on_device) if on_device else {}).items()}
         return {k: copied[k] if k in copied else v.detach().clone() for k, v in state.items()}
 
-    def save_planner(self):
+    def save_planner(self) -> SavePlanner:
         from torch_xla.experimental.distributed_checkpoint import SPMDSavePlanner
 
         return SPMDSavePlanner()
 
-    def load_planner(self):
+    def load_planner(self) -> LoadPlanner:
         from torch_xla.experimental.distributed_checkpoint import SPMDLoadPlanner
 
         return SPMDLoadPlanner()
 
 
-def _first_replicas(value):
+def _first_replicas(value: Any) -> Any:
     """Shards of a tensor split on some mesh axes and replicated on others (FSDP under
     data parallelism, or over slices), each chunk kept once: as replica 0, held by exactly
     one device of the job. torch_xla's save planner dedups a chunk that one process offers

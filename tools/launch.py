@@ -1,0 +1,102 @@
+"""Where `zoo train` runs: as N torch.distributed processes on this machine (dtensor), on
+every worker of a TPU VM from a workstation (--on), or here in this process; and what it
+prints when a run here ends."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from collections.abc import Callable
+
+from core import topology
+from core.errors import UserError
+from core.hosts import current as current_hosts
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainRequest:
+    """`zoo train`'s options as given, checked against each other once."""
+
+    model: str
+    overrides: tuple[str, ...]
+    tpu: str | None
+    steps: int | None
+    out: str | None
+    init_from: str | None
+    config_files: tuple[str, ...]
+    force_resume: bool
+    prompt: str
+    backend: str
+    nproc: int | None
+    node: str | None
+    zone: str | None
+    project: str | None
+    dry_run: bool
+
+    def __post_init__(self):
+        if self.nproc and self.backend != "dtensor":
+            raise UserError("--nproc starts processes for --backend dtensor; the xla backend "
+                            "uses --tpu cpu-N for N devices in one process")
+        if self.backend == "dtensor" and (self.node or self.tpu):
+            raise UserError("--backend dtensor runs here, one process per device (--nproc N); "
+                            "--tpu and --on are the xla backend's")
+        if self.node and not self.tpu:
+            raise UserError("--on needs --tpu TYPE: the slice type NAME must be")
+
+
+def launch(request: TrainRequest, echo: Callable[[str], object]) -> None:
+    """Run the request where it asks to run."""
+    if request.nproc and "LOCAL_RANK" not in os.environ:  # not yet one of torchrun's processes
+        from tools.torchrun import launch as launch_processes  # torch.distributed: start-up
+
+        launch_processes(request.nproc, sys.argv[1:])
+    elif request.node:
+        _launch_on_tpu_vm(request, echo)
+    else:
+        _train_here(request, echo)
+
+
+def _launch_on_tpu_vm(request: TrainRequest, echo: Callable[[str], object]) -> None:
+    from tools import slices
+    from tools import tpu as one_slice
+    from tools.gcloud import Gcloud, Node
+
+    multi_slice = topology.parse(request.tpu).slices > 1  # nodes NAME-0, NAME-1, ...
+    launch_training = (slices if multi_slice else one_slice).launch_training
+    flags = [f"--{k}={v}" for k, v in (("steps", request.steps), ("out", request.out),
+                                        ("init-from", request.init_from)) if v is not None]
+    flags += ["--force-resume"] if request.force_resume else []
+    gcloud = Gcloud(dry_run=request.dry_run, echo=echo)
+    launch_training(gcloud, Node.resolve(request.node, request.zone, request.project),
+                    request.model, request.tpu,
+                    [*flags, *(f"--config={f}" for f in request.config_files),
+                     *request.overrides])
+
+
+def _train_here(request: TrainRequest, echo: Callable[[str], object]) -> None:
+    # torch and the families: start-up, paid only by a run that trains here
+    from benchmarks.plan.analytic import check_fits
+    from zoo.app.generate import sample_after_training
+    from zoo.app.run import resolve_run
+    from zoo.app.train import describe_summary, train
+
+    flags = {"tpu": request.tpu, "steps": request.steps,
+             "out": request.out or f"runs/{request.model}", "init_from": request.init_from}
+    overrides = [f"{k}={v}" for k, v in flags.items() if v is not None] + list(request.overrides)
+    run = resolve_run(request.model, overrides, request.config_files)
+    if request.backend == "xla":
+        check_fits(run)
+    run, summary = train(run, request.force_resume, request.backend)
+    cfg = run.config
+    if request.backend == "dtensor" and not current_hosts().main:
+        return  # one report for the run, from its first process
+    if not summary:
+        echo(f"nothing to do: {cfg.out} already trained {cfg.steps} steps")
+        return
+    echo(describe_summary(summary, cfg.out))
+    if summary["last_step"] < cfg.steps:  # SIGTERM: saved, and the VM is going away
+        return
+    text = run.family.task.generates_text and cfg.data.source != "synthetic"
+    if text and current_hosts().main:  # the others' run folders hold no config
+        echo(sample_after_training(cfg.out, request.prompt))
