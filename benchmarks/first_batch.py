@@ -19,6 +19,8 @@ from pathlib import Path
 
 import click
 
+from core.data import default_documents
+
 MEASURE = """
 import json, sys, time
 start = time.perf_counter()
@@ -37,8 +39,6 @@ print(json.dumps({"seconds": done - ready, "tokens": batches.tokens_per_epoch}))
 def build_corpus(folder: Path, megabytes: int) -> Path:
     """The embedded documents repeated (each copy numbered, so no two documents are equal)
     into one text file of about `megabytes` MB."""
-    from core.data import default_documents
-
     docs = default_documents()
     path = folder / f"corpus-{megabytes}mb.jsonl"
     with path.open("w") as f:

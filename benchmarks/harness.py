@@ -5,7 +5,9 @@ and gate on a committed baseline."""
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata as md
 import json
+import os
 import platform
 import statistics
 import subprocess
@@ -104,8 +106,6 @@ def summarize(entry: Entry, impl: str, raw: dict, peak: float | None) -> dict:
 
 
 def environment() -> dict:
-    import importlib.metadata as md
-
     def version(name):
         try:
             return md.version(name)
@@ -131,8 +131,6 @@ def environment() -> dict:
 
 
 def _cpu_count() -> int:
-    import os
-
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 

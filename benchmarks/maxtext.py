@@ -16,9 +16,12 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import torch
+
 from benchmarks.maxtext_keys import maxtext_keys
 from benchmarks.suite import Entry
 from core.errors import UserError
+from core.flops import train_flops
 
 ENV_SCRIPT = Path(__file__).resolve().parent / "maxtext_env.sh"
 WARMUP_STEPS = 2  # as the zoo worker: the step compiles, then replays
@@ -105,10 +108,6 @@ def parse_log(log: str, steps: int) -> dict:
 def measure(entry: Entry, steps: int) -> dict:
     """Run the entry through MaxText; a record like the zoo worker's (no host time: a jitted
     JAX step is not traced per step)."""
-    import torch
-
-    from core.flops import train_flops
-
     run = entry.run()
     family, cfg, topo = run.family, run.config, run.topology
     devices, bf16 = topo.devices, cfg.runs_in_bf16(topo)

@@ -5,11 +5,12 @@ presets apply unchanged)."""
 
 from __future__ import annotations
 
+import torch
+
 
 def hf_llama(config, seed: int = 0):
     """transformers' LlamaForCausalLM, returning logits like ours."""
-    import torch
-    import transformers
+    import transformers  # transformers
 
     class LlamaLogits(transformers.LlamaForCausalLM):
         def forward(self, input_ids):
@@ -24,8 +25,7 @@ def hf_llama(config, seed: int = 0):
 def hf_t5(config, seed: int = 0):
     """transformers' T5ForConditionalGeneration with T5 v1.1's separate LM head (transformers
     5 ties it when built from a config)."""
-    import torch
-    import transformers
+    import transformers  # transformers
 
     class T5Logits(transformers.T5ForConditionalGeneration):
         def forward(self, input_ids, attention_mask, decoder_input_ids, decoder_attention_mask):
@@ -43,8 +43,7 @@ def hf_t5(config, seed: int = 0):
 
 def hf_vit(config, seed: int = 0):
     """transformers' ViTForImageClassification, returning logits like ours."""
-    import torch
-    import transformers
+    import transformers  # transformers
 
     class ViTLogits(transformers.ViTForImageClassification):
         def forward(self, pixel_values):

@@ -105,10 +105,10 @@ def markdown(results: dict, ratios) -> str:
 
 
 def plot(records: list[dict], path: Path) -> None:
-    import matplotlib
+    import matplotlib  # matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # matplotlib
 
     labels = [f"{r['name']}\n({r['impl']})" for r in records]
     fig, (ax_time, ax_mfu) = plt.subplots(1, 2, figsize=(max(8, 1.6 * len(records)), 4.5))

@@ -22,13 +22,17 @@ from pathlib import Path
 
 import click
 
+from core.backends.xla.runtime import sync_and_wait
+from core.backends.xla.spmd import device_loader
+from core.store.checkpoint import Checkpointer
+from zoo.app.run import resolve_run
+from zoo.app.train import build_engine
+
 MODES = ("none", "sync", "async")
 
 
 def timed_window(engine, loader, steps: int, checkpointer, step: int) -> tuple[float, float]:
     """(seconds for the window, seconds blocked in save())."""
-    from core.backends.xla.runtime import sync_and_wait
-
     start, blocked = time.perf_counter(), 0.0
     for index in range(steps):
         engine.train_step(next(loader))
@@ -49,11 +53,6 @@ def timed_window(engine, loader, steps: int, checkpointer, step: int) -> tuple[f
 @click.option("--out", required=True, help="Results path without extension.")
 @click.argument("overrides", nargs=-1)
 def main(repeats: int, window: int, model: str, out: str, overrides: tuple[str, ...]) -> None:
-    from core.backends.xla.spmd import device_loader
-    from core.store.checkpoint import Checkpointer
-    from zoo.app.run import resolve_run
-    from zoo.app.train import build_engine
-
     with tempfile.TemporaryDirectory() as scratch:
         run, engine = build_engine(resolve_run(model, ["tpu=cpu-1", *overrides,
                                                        f"out={scratch}/run"]))

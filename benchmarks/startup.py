@@ -4,10 +4,11 @@ so a row gives the wall time (median of the rounds) and which heavy libraries th
 imported, the usual reason a command is slow to answer.
 
     python -m benchmarks.startup --out benchmarks/results/startup-cpu-2core
-    python -m benchmarks.startup --root OTHER_CHECKOUT --entry zoo.tools.cli  # another tree
+    python -m benchmarks.startup --against OLD_CHECKOUT:zoo.tools.cli --out ...
 
-`--root` runs another checkout's CLI (an older layout: give its `--entry` module), so a
-before/after pair is measured side by side on one machine. Writes NAME.json and NAME.md.
+`--against DIR:MODULE` also times another checkout's CLI (MODULE's main() is its `zoo`;
+an older layout named it zoo.tools.cli), interleaved with this one round by round, so the
+two columns and their ratio come from one run on one machine. Writes OUT.json and OUT.md.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ COMMANDS = (
     "generate {missing} --prompt hi",
     "export {missing} {scratch}/export",
 )
-_IMPORT = re.compile(r"^import time:\s+\d+ \|\s+(\d+) \|( *)(\S+)$", re.M)
+_IMPORT = re.compile(r"^import time:\s+\d+ \|\s+\d+ \| *(\S+)$", re.M)
 
 
 def run_once(root: Path, entry: str, command: str, scratch: Path) -> dict:
@@ -48,21 +49,26 @@ def run_once(root: Path, entry: str, command: str, scratch: Path) -> dict:
     proc = subprocess.run([sys.executable, "-X", "importtime", "-c", code, *args], cwd=root,
                           capture_output=True, text=True)
     seconds = time.perf_counter() - start
-    imported = {name for _, _, name in _IMPORT.findall(proc.stderr)}
+    imported = set(_IMPORT.findall(proc.stderr))
     return {"seconds": seconds, "exit": proc.returncode,
-            "heavy": sorted(name for name in HEAVY if name in imported)}
+            "heavy": [name for name in HEAVY if name in imported]}
 
 
-def measure(root: Path, entry: str, rounds: int) -> list[dict]:
+def measure(trees: dict[str, tuple[Path, str]], rounds: int) -> list[dict]:
+    """Per command, each tree's median seconds and heavy imports, the trees interleaved."""
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         for command in COMMANDS:
-            runs = [run_once(root, entry, command, Path(scratch)) for _ in range(rounds)]
-            rows.append({"command": f"zoo {command}", "exit": runs[0]["exit"],
-                         "median_s": statistics.median(r["seconds"] for r in runs),
-                         "heavy_imports": runs[0]["heavy"]})
-            click.echo(f"{rows[-1]['command']:55} {rows[-1]['median_s']:5.1f} s  "
-                       f"{', '.join(rows[-1]['heavy_imports']) or '-'}", err=True)
+            runs: dict[str, list[dict]] = {label: [] for label in trees}
+            for _ in range(rounds):
+                for label, (root, entry) in trees.items():
+                    runs[label].append(run_once(root, entry, command, Path(scratch)))
+            rows.append({"command": f"zoo {command}", **{
+                label: {"median_s": statistics.median(r["seconds"] for r in got),
+                        "exit": got[0]["exit"], "heavy_imports": got[0]["heavy"]}
+                for label, got in runs.items()}})
+            click.echo(f"{rows[-1]['command']:50} " + "  ".join(
+                f"{label} {rows[-1][label]['median_s']:5.1f} s" for label in trees), err=True)
     return rows
 
 
@@ -71,30 +77,41 @@ def commit_of(root: Path) -> str:
                           capture_output=True, text=True).stdout.strip() or "unknown"
 
 
-def markdown(rows: list[dict], commit: str, rounds: int) -> str:
-    lines = [f"Measured with `python -m benchmarks.startup` at commit {commit}, median of "
-             f"{rounds} fresh processes each.", "", "| command | exit | s | heavy imports |",
-             "| --- | --- | --- | --- |"]
-    lines += [f"| `{r['command']}` | {r['exit']} | {r['median_s']:.1f} | "
-              f"{', '.join(r['heavy_imports']) or '-'} |" for r in rows]
+def markdown(rows: list[dict], labels: list[str], rounds: int) -> str:
+    header = " | ".join(f"{label}: s | {label}: heavy imports" for label in labels)
+    ratio = " | this / other" if len(labels) == 2 else ""
+    lines = [f"`python -m benchmarks.startup`, median of {rounds} fresh processes per command "
+             "and tree, the trees interleaved.", "",
+             f"| command | exit | {header}{ratio} |",
+             "| --- | --- |" + " --- | --- |" * len(labels) + (" --- |" if ratio else "")]
+    for row in rows:
+        cells = " | ".join(f"{row[label]['median_s']:.1f} | "
+                           f"{', '.join(row[label]['heavy_imports']) or '-'}" for label in labels)
+        share = (f" | {row[labels[0]]['median_s'] / row[labels[1]]['median_s']:.2f}"
+                 if ratio else "")
+        lines.append(f"| `{row['command']}` | {row[labels[0]]['exit']} | {cells}{share} |")
     return "\n".join(lines) + "\n"
 
 
 @click.command()
-@click.option("--root", type=click.Path(file_okay=False, path_type=Path),
-              default=Path(__file__).resolve().parents[1], help="The checkout to measure.")
-@click.option("--entry", default="tools.cli", show_default=True,
-              help="The module whose main() is the `zoo` command in that checkout.")
+@click.option("--against", help="DIR:MODULE, another checkout's CLI to time beside this one.")
 @click.option("--rounds", default=3, show_default=True)
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path),
               help="Write OUT.json and OUT.md.")
-def main(root: Path, entry: str, rounds: int, out: Path | None) -> None:
-    rows, commit = measure(root.resolve(), entry, rounds), commit_of(root)
+def main(against: str | None, rounds: int, out: Path | None) -> None:
+    here = Path(__file__).resolve().parents[1]
+    trees = {commit_of(here): (here, "tools.cli")}
+    if against:
+        folder, _, entry = against.partition(":")
+        trees[commit_of(Path(folder))] = (Path(folder).resolve(), entry or "tools.cli")
+    rows = measure(trees, rounds)
+    text = markdown(rows, list(trees), rounds)
     if out:
         out.with_suffix(".json").write_text(json.dumps(
-            {"commit": commit, "entry": entry, "rounds": rounds, "rows": rows}, indent=1))
-        out.with_suffix(".md").write_text(markdown(rows, commit, rounds))
-    click.echo(markdown(rows, commit, rounds))
+            {"trees": {label: entry for label, (_, entry) in trees.items()}, "rounds": rounds,
+             "rows": rows}, indent=1))
+        out.with_suffix(".md").write_text(text)
+    click.echo(text)
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ class Entry:
 
     def run(self, *extra: str):
         """The entry's run, resolved (zoo/app/run.py), with `extra` overrides."""
-        from zoo.app.run import resolve_run
+        from zoo.app.run import resolve_run  # start-up
 
         return resolve_run(self.model, [*self.train_overrides(), *extra])
 

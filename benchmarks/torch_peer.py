@@ -17,6 +17,11 @@ import time
 import click
 import torch
 
+from benchmarks.peers import hf_llama
+from core.backends.dtensor import gpu_bf16_peak
+from core.flops import train_flops
+from zoo.app.run import resolve_run
+
 WARMUP_STEPS = 3  # compile, then the optimizer's first steps
 
 
@@ -26,10 +31,6 @@ WARMUP_STEPS = 3  # compile, then the optimizer's first steps
 @click.option("--steps", default=30, show_default=True)
 @click.option("--compile/--no-compile", "compiled", default=True, show_default=True)
 def main(model_name, overrides, steps, compiled):
-    from benchmarks.peers import hf_llama
-    from core.flops import train_flops
-    from zoo.app.run import resolve_run
-
     run = resolve_run(model_name, list(overrides))
     family, cfg = run.family, run.config
     if family.name != "llama":
@@ -64,8 +65,6 @@ def main(model_name, overrides, steps, compiled):
               "median_step_time_s": step_time, "tokens_per_s": tokens / step_time,
               "flops_per_step": flops, "loss": float(loss)}
     if device.type == "cuda":
-        from core.backends.dtensor import gpu_bf16_peak
-
         result["mfu"] = flops / step_time / gpu_bf16_peak(result["device"])
     print(json.dumps(result))
 

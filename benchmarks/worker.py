@@ -15,6 +15,10 @@ import time
 
 from benchmarks.peers import PEERS
 from benchmarks.suite import Entry
+from core.backends.xla.profile import start_trace, stop_trace
+from core.backends.xla.runtime import compile_stats, peak_memory, sync, sync_and_wait
+from core.backends.xla.spmd import shard_batch
+from core.hosts import current
 from zoo.app.train import build_engine
 
 
@@ -63,10 +67,6 @@ def _engine_facts(engine) -> dict:
 
 
 def _time_steps(engine, steps: int, profile_dir: str | None) -> dict:
-    from core.backends.xla.profile import start_trace, stop_trace
-    from core.backends.xla.runtime import compile_stats, peak_memory, sync, sync_and_wait
-    from core.backends.xla.spmd import shard_batch
-
     batch = shard_batch(engine.data.batch(0), engine.mesh)
     start = time.perf_counter()
     for _ in range(2):  # the step compiles (a lazy-state optimizer: again on step 2)
@@ -106,8 +106,6 @@ def _time_steps(engine, steps: int, profile_dir: str | None) -> dict:
 def main(argv: list[str]) -> None:
     job = json.loads(argv[0])
     record = measure(Entry(**job["entry"]), job["steps"], job.get("peer"), job.get("profile"))
-    from core.hosts import current
-
     if current().main:  # one record from a dtensor entry's processes
         print(json.dumps(record))
 

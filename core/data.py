@@ -9,6 +9,7 @@ from __future__ import annotations
 import glob
 import os
 from pathlib import Path
+from pydoc_data.topics import topics
 
 import numpy as np
 
@@ -38,7 +39,7 @@ def check_vocab(tokenizer, vocab_size: int) -> None:
 
 def load_tokenizer(name: str):
     """Name "default" -> the shipped tokenizer; an existing dir -> local; else a Hub name."""
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # transformers
 
     local = DEFAULT_TOKENIZER if name == "default" else Path(name).expanduser()
     if local.is_dir():
@@ -71,8 +72,8 @@ def hub_reachable(timeout: float = 5.0) -> bool:
     False in offline mode (HF_HUB_OFFLINE=1) too: the libraries then use their caches only.
     """
     try:
-        from huggingface_hub import constants
-        from huggingface_hub.utils import get_session
+        from huggingface_hub import constants  # huggingface_hub
+        from huggingface_hub.utils import get_session  # huggingface_hub
 
         if constants.HF_HUB_OFFLINE:
             return False
@@ -113,8 +114,6 @@ def _first_line(error: BaseException) -> str:
 
 def default_documents() -> list[str]:
     """The embedded corpus: one document per Python help topic, in sorted-key order."""
-    from pydoc_data.topics import topics
-
     return [topics[key] for key in sorted(topics)]
 
 
@@ -161,7 +160,7 @@ def local_files(source: str) -> list[str] | None:
 
 
 def local_dataset(files: list[str], source: str, split: str, streaming: bool = False):
-    import datasets
+    import datasets  # datasets
 
     builder = BUILDERS[Path(files[0]).suffix.lower()]
     options = {"sample_by": "document"} if builder == "text" else {}  # a .txt file = 1 doc
@@ -180,8 +179,8 @@ def _hidden(path: Path, root: str) -> bool:
 
 
 def hub_dataset(source: str, subset: str | None, split: str, streaming: bool = False):
-    import datasets
-    from huggingface_hub import constants
+    import datasets  # datasets
+    from huggingface_hub import constants  # huggingface_hub
 
     unreachable = DataError(
         f"Hub dataset '{source}' could not be reached (offline?); use a local "

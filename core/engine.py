@@ -13,6 +13,7 @@ import math
 import signal
 import time
 
+import fsspec
 import torch
 
 from core import backends
@@ -286,8 +287,6 @@ def _check_location(key: str, url: str) -> None:
     not outlive the process, fails with the config."""
     if "://" not in url:
         return
-    import fsspec
-
     protocol = url.split("://", 1)[0]
     if protocol == "memory":
         raise ValueError(f"{key} {url}: an in-memory location vanishes when the run exits, "

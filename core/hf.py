@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
+from safetensors.torch import load_file
 
 from core.errors import UserError
 
@@ -18,7 +20,7 @@ def local_dir(name_or_path: str) -> Path:
         return path
     if path.exists() or name_or_path.startswith((".", "/")):
         raise UserError(f"{name_or_path} is not a Hugging Face checkpoint directory")
-    from huggingface_hub import snapshot_download
+    from huggingface_hub import snapshot_download  # huggingface_hub
 
     try:
         return Path(snapshot_download(name_or_path, allow_patterns=["*.json", "*.safetensors"]))
@@ -54,8 +56,6 @@ def check_architecture(name_or_path: str, expected: str) -> None:
 
 def read_safetensors(folder: Path) -> dict[str, torch.Tensor]:
     """All tensors of a (possibly sharded, indexed) safetensors checkpoint."""
-    from safetensors.torch import load_file
-
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         raise UserError(f"{folder} has no *.safetensors weights")
@@ -68,8 +68,6 @@ def read_safetensors(folder: Path) -> dict[str, torch.Tensor]:
 def read_safetensor(folder: Path, name: str) -> torch.Tensor | None:
     """One tensor of a (possibly sharded) safetensors checkpoint, without reading the rest;
     None when no file holds it."""
-    from safetensors import safe_open
-
     for file in sorted(folder.glob("*.safetensors")):
         with safe_open(str(file), "pt") as tensors:
             if name in tensors.keys():

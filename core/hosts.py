@@ -42,7 +42,7 @@ class Hosts:
         """Every host's `value` (picklable), in host order, on every host."""
         if self.group is None:
             return [value]
-        import torch.distributed as dist
+        import torch.distributed as dist  # start-up
 
         values = [None] * self.count
         dist.all_gather_object(values, value, group=self.group)
@@ -53,15 +53,15 @@ class Hosts:
         background checkpoint write) that must not interleave with this group's."""
         if self.group is None:
             return self
-        import torch.distributed as dist
+        import torch.distributed as dist  # start-up
 
         return Hosts(self.index, self.count, dist.new_group(backend="gloo"))
 
     def _all_reduce(self, value: int, op: str = "SUM") -> int:
         if self.group is None:
             return value
-        import torch
-        import torch.distributed as dist
+        import torch  # start-up
+        import torch.distributed as dist  # start-up
 
         tensor = torch.tensor([value], dtype=torch.int64)
         dist.all_reduce(tensor, op=getattr(dist.ReduceOp, op), group=self.group)
@@ -73,11 +73,11 @@ def current() -> Hosts:
     """This process's view of the slice; the gloo group is set up on first use."""
     if "WORLD_SIZE" in os.environ and int(os.environ["WORLD_SIZE"]) > 1:
         return join("env://")
-    import torch.distributed as dist
+    import torch.distributed as dist  # start-up
 
     if dist.is_available() and dist.is_initialized():  # the dtensor backend's group of one
         return Hosts(0, 1)
-    from core.backends.xla.runtime import hosts_rendezvous
+    from core.backends.xla.runtime import hosts_rendezvous  # start-up
 
     rendezvous = hosts_rendezvous()
     return join(rendezvous) if rendezvous else Hosts(0, 1)
@@ -85,7 +85,7 @@ def current() -> Hosts:
 
 def join(init_method: str) -> Hosts:
     """The hosts as the default process group (gloo), rendezvoused by `init_method`."""
-    import torch.distributed as dist
+    import torch.distributed as dist  # start-up
 
     if not dist.is_initialized():
         dist.init_process_group("gloo", init_method=init_method)

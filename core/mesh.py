@@ -7,8 +7,12 @@ fastest ICI links; `dcn` sizes multiply axes across slices for multi-slice train
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 
+import numpy as np
+
+from core import topology
 from core.errors import UserError
 
 AXES = ("data", "fsdp", "sequence", "expert", "tensor")
@@ -81,8 +85,6 @@ def check_divides(run, more: dict[str, dict[str, int]] | None = None) -> None:
     divide a size it splits: those its model config lists in `mesh_divides()` (axis ->
     {config key: size}, e.g. expert -> {model.num_local_experts: 8}) and `more` (the task's,
     e.g. seq_len). XLA pads an uneven split, wasting compute, or aborts (experts: SIGABRT)."""
-    from core import topology
-
     model = getattr(run, "model", None)  # the run schema adds the family's model config
     divides = {**(model.mesh_divides() if hasattr(model, "mesh_divides") else {}), **(more or {})}
     try:
@@ -112,8 +114,6 @@ def for_slices(config: MeshConfig, topo) -> MeshConfig:
     slice count; on XLA:CPU they simulate slices (contiguous groups of the virtual devices,
     as `2xcpu-4` does). Axes whose collectives run every layer are refused on DCN; FSDP
     there (a weight gather per layer per step) is allowed but logged."""
-    import logging
-
     dcn = dict(config.dcn) or ({"data": topo.slices} if topo.slices > 1 else {})
     slices = math.prod(dcn.values())
     # a CPU topology of one slice lets mesh.dcn simulate any number
@@ -144,8 +144,6 @@ def slice_major_device_ids(sizes: dict[str, int], dcn: dict[str, int]):
     axis the DCN index varies slowest, so an axis split over slices crosses between them
     only at its DCN degree (the layout torch_xla's HybridMesh and JAX's hybrid mesh give a
     TPU's slices)."""
-    import numpy as np
-
     dcn_shape = [dcn.get(axis, 1) for axis in AXES]
     ici_shape = [sizes[axis] // d for axis, d in zip(AXES, dcn_shape)]
     ids = np.arange(math.prod(sizes.values())).reshape(*dcn_shape, *ici_shape)

@@ -50,7 +50,7 @@ class MetricsLogger:
             _drop_records_after(run.metrics, start_step)  # a resumed run rewrites those steps
             self.file = run.metrics.open("a")
             self.wandb_run = start_wandb(wandb, home.local, config)
-            from torch.utils.tensorboard import SummaryWriter
+            from torch.utils.tensorboard import SummaryWriter  # tensorboard
 
             self.tensorboard = SummaryWriter(str(run.tensorboard), purge_step=start_step + 1)
         self.bar = tqdm(
@@ -149,7 +149,7 @@ def start_wandb(config: WandbConfig, run_dir: Path, run_config: dict):
     preemption) and `zoo eval` continue it instead of starting new ones."""
     if not config.project or config.mode == "disabled":
         return None
-    import wandb
+    import wandb  # wandb
 
     identity = {"id": wandb_run_id(RunFolder(Path(run_dir)).wandb_id), "resume": "allow"}
 

@@ -12,7 +12,9 @@ import importlib
 import math
 
 import torch
+from torch.optim.optimizer import _get_scalar_dtype
 
+from core.backends import zeros_like_param
 from core.errors import UserError
 
 
@@ -140,10 +142,6 @@ def create_state(optimizer: torch.optim.Optimizer) -> None:
     moments with each parameter's sharding, step 0), so the train step is traced once with
     it and compiles once, not a second time when the state appears. Other optimizers keep
     their lazy state (and a second compile)."""
-    from torch.optim.optimizer import _get_scalar_dtype
-
-    from core.backends import zeros_like_param
-
     for group in optimizer.param_groups:
         for param in group["params"]:
             state = optimizer.state[param]

@@ -13,6 +13,8 @@ import functools
 import torch
 from torch import nn
 
+from core.backends.xla.ops import checkpoint as xla_checkpoint
+from core.backends.xla.ops import register_offload_ops, scan
 from core.errors import UserError
 from core.sharding import STACKED
 
@@ -118,9 +120,7 @@ class LayerStack(nn.ModuleList):
         by AOTAutograd) on the first step only: torch_xla's scan cache (`is_fn_pure`) replays
         the trace while it is given the same function object, which is kept here (the cache
         holds it weakly, so a fresh bound method would miss every step)."""
-        from functorch.compile import default_partition
-
-        from core.backends.xla.ops import scan
+        from functorch.compile import default_partition  # start-up
 
         partition = SCAN_POLICIES[self.scan_policy] if self.scan_policy else default_partition
         if self._step_fn is None:
@@ -144,6 +144,7 @@ def _partition_saving(keep):
     cost nothing: torch_xla's scan reads them from the stacked weights, not a saved copy."""
 
     def partition(joint_module, _joint_inputs, *, num_fwd_outputs, **_):
+        # start-up
         from torch._functorch.partitioners import (
             _extract_fwd_bwd_modules,
             _is_primal,
@@ -190,8 +191,6 @@ def _offloading(partition, names: tuple[str, ...]):
     (torch_xla's place_to_host / place_to_device: TPU memory-space annotations)."""
 
     def offloading_partition(joint_module, joint_inputs, **kwargs):
-        from core.backends.xla.ops import register_offload_ops
-
         register_offload_ops()
         offloaded = {node.args[0].name for node in joint_module.graph.nodes
                      if _named(node, names)}
@@ -296,6 +295,4 @@ def checkpointed(forward, *args, **kwargs):
         return forward(*args, **kwargs)
     if tensors[0].device.type != "xla":
         return torch.utils.checkpoint.checkpoint(forward, *args, use_reentrant=False, **kwargs)
-    from core.backends.xla.ops import checkpoint
-
-    return checkpoint(forward, *args, **kwargs)
+    return xla_checkpoint(forward, *args, **kwargs)

@@ -42,7 +42,7 @@ def tpu_type() -> str | None:
         return os.environ["TPU_ACCELERATOR_TYPE"]
     if not on_tpu_vm():
         return None
-    import urllib.request
+    import urllib.request  # start-up
 
     request = urllib.request.Request(
         "http://metadata.google.internal/computeMetadata/v1/instance/attributes/accelerator-type",

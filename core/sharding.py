@@ -27,6 +27,7 @@ import yaml
 
 from core.errors import UserError
 from core.mesh import LOGICAL_AXES
+from core.table import format_table
 
 Spec = tuple  # per-dimension: None | axis name | tuple of axis names
 # the child under which a scanned layer stack (core/remat.py) keeps its layers' weights
@@ -209,8 +210,6 @@ def match_activations(model, rules: ShardingRules) -> dict[str, Rule]:
 
 def format_plan(plan: list[ParamPlan]) -> str:
     """A readable table: name, global shape, spec, per-device shard shape and bytes."""
-    from core.table import format_table
-
     rows = [
         (
             p.name,

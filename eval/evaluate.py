@@ -15,6 +15,7 @@ from pathlib import Path
 
 from core.errors import UserError
 from core.store.location import local_folder
+from core.store.run_folder import WANDB_ID
 from core.table import format_table
 from eval.tasks_check import resolve_tasks
 
@@ -26,7 +27,7 @@ def model_folder(checkpoint: str | Path) -> Path:
     cache."""
     if _hf_folder(checkpoint) and list(Path(checkpoint).glob("*.safetensors")):
         return Path(checkpoint)
-    from eval.export import cached_export
+    from eval.export import cached_export  # start-up
 
     return cached_export(checkpoint)
 
@@ -68,7 +69,7 @@ def evaluate(checkpoint: str, tasks: str | None, *, num_fewshot: int | None = No
             "loglikelihoods": per_choice_loglikelihoods(results.get("samples", {})),
         }
     # scored from the export cache: results go to the run folder, scores to its W&B run
-    from zoo.app.saved_run import load_run
+    from zoo.app.saved_run import load_run  # start-up
 
     run, home = (None, None) if folder == path else load_run(path)
     target = Path(out) if out else (home.local if home else folder)
@@ -91,7 +92,7 @@ def _hf_folder(path: str | Path) -> bool:
 
 def family_of(path: str | Path):
     """The zoo family of a run, checkpoint or exported folder; None for other HF folders."""
-    from zoo.registry import FAMILIES, family
+    from zoo.registry import FAMILIES, family  # start-up
 
     if _hf_folder(path):
         config = Path(path) / "config.json"
@@ -100,20 +101,20 @@ def family_of(path: str | Path):
             if family(name).hf_class in architectures:
                 return family(name)
         return None
-    from zoo.app.saved_run import load_run
+    from zoo.app.saved_run import load_run  # start-up
 
     return load_run(path)[0].family
 
 
 def _lm_eval(folder: Path, backend: str, device: str, batch_size: int, **common) -> dict:
-    import lm_eval
+    import lm_eval  # lm_eval
 
     if device == "xla":
-        from eval.xla_lm import ZooXLALM
+        from eval.xla_lm import ZooXLALM  # lm_eval
 
         model = ZooXLALM(pretrained=str(folder), batch_size=batch_size, backend=backend)
         return lm_eval.simple_evaluate(model=model, **common)
-    from eval.hf_lm import hf_lm
+    from eval.hf_lm import hf_lm  # lm_eval
 
     return lm_eval.simple_evaluate(model=hf_lm(folder, backend, device, batch_size), **common)
 
@@ -141,8 +142,7 @@ def per_choice_loglikelihoods(samples: dict) -> dict:
 
 def _log_wandb(path: str | Path, wandb, home, rows: list[tuple]) -> None:
     """When the run being evaluated logs to wandb, its eval scores go to its W&B run."""
-    from core.metrics import start_wandb
-    from core.store.run_folder import WANDB_ID
+    from core.metrics import start_wandb  # start-up
 
     home.fetch(WANDB_ID)  # a run in a bucket: the id its training used
     run = start_wandb(wandb, home.local, {"eval_of": str(path)})

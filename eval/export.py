@@ -11,16 +11,18 @@ import json
 import shutil
 from pathlib import Path
 
+from safetensors.torch import save_file
+
 from core.errors import UserError
-from core.store.location import local_folder
+from core.store.checkpoint import load_checkpoint
+from core.store.location import Store, local_folder
+from core.store.run_folder import RunFolder, step_of
+from zoo.app.saved_run import checkpoint_of, load_run
 
 MAX_SHARD_SIZE = "2GB"
 
 
 def export(checkpoint: str | Path, out: str | Path) -> Path:
-    from core.store.checkpoint import load_checkpoint
-    from zoo.app.saved_run import checkpoint_of, load_run
-
     out = Path(local_folder(out, "zoo export OUT"))
     if out.exists():
         raise UserError(f"{out} already exists; remove it or choose another output folder")
@@ -46,8 +48,7 @@ def export(checkpoint: str | Path, out: str | Path) -> Path:
 
 
 def _write_weights(weights: dict, folder: Path) -> None:
-    from huggingface_hub import split_torch_state_dict_into_shards
-    from safetensors.torch import save_file
+    from huggingface_hub import split_torch_state_dict_into_shards  # huggingface_hub
 
     split = split_torch_state_dict_into_shards(weights, max_shard_size=MAX_SHARD_SIZE)
     for filename, names in split.filename_to_tensors.items():
@@ -73,10 +74,6 @@ def _complete(folder: Path) -> bool:
 def cached_export(checkpoint: str | Path) -> Path:
     """Export a run's checkpoint once into RUN/hf/step-N and reuse it on later calls (a run
     in a bucket: in its local copy, and the export pushed to the bucket)."""
-    from core.store.location import Store
-    from core.store.run_folder import RunFolder, step_of
-    from zoo.app.saved_run import checkpoint_of, load_run
-
     folder = checkpoint_of(checkpoint)
     home = load_run(checkpoint)[1]
     out = RunFolder(home.local).export(step_of(Store(folder).name))

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from lm_eval.models.huggingface import HFLM
 
 from core.hf import read_safetensor
 
@@ -18,8 +19,6 @@ HEAD = "lm_head.weight"
 
 
 def hf_lm(folder: Path, backend: str, device: str, batch_size: int):
-    from lm_eval.models.huggingface import HFLM
-
     lm = HFLM(pretrained=str(folder), backend=backend, device=device, batch_size=batch_size)
     restore_untied_head(lm.model, folder)
     return lm

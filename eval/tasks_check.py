@@ -33,7 +33,7 @@ def declared_task_names(folder: Path) -> list[str]:
     """The tasks a folder of lm-eval YAMLs declares: each file's `task:` name, or its
     `group:` when `task:` lists the members; files that declare neither (bases that others
     `include:`) add nothing. File names do not matter, as in lm-eval."""
-    from lm_eval.tasks._yaml_loader import load_yaml
+    from lm_eval.tasks._yaml_loader import load_yaml  # lm_eval
 
     names = []
     for path in sorted(folder.glob("*.yaml")):
@@ -47,7 +47,7 @@ def declared_task_names(folder: Path) -> list[str]:
 
 def resolve_tasks(spec: str) -> tuple[list[str], object]:
     """'arc,hellaswag_sample,./my_tasks' -> (task names, lm-eval TaskManager)."""
-    from lm_eval.tasks import TaskManager
+    from lm_eval.tasks import TaskManager  # lm_eval
 
     names, include = [], [str(sample_tasks_dir())]
     for item in filter(None, (part.strip() for part in spec.split(","))):
@@ -73,9 +73,9 @@ def resolve_tasks(spec: str) -> tuple[list[str], object]:
 
 
 def _check_hub_datasets(names: list[str], manager) -> None:
-    from lm_eval.tasks._yaml_loader import load_yaml
+    from lm_eval.tasks._yaml_loader import load_yaml  # lm_eval
 
-    from core.data import hub_reachable
+    from core.data import hub_reachable  # start-up
 
     reachable = None
     for name in names:

@@ -10,11 +10,16 @@ teacher forcing, as transformers does when given `labels`.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import torch
 from lm_eval.api.registry import register_model
 from lm_eval.models.huggingface import HFLM
 
+from core.backends.xla.runtime import device
 from core.errors import UserError
+from zoo.registry import family_for_hf_architecture
 
 BUCKETS = (64, 128, 256, 512, 1024, 2048, 4096, 8192)
 
@@ -51,8 +56,6 @@ class ZooXLALM(HFLM):
 
     def _fixed_shape(self, tensor: torch.Tensor, fill: int) -> torch.Tensor:
         """[b, n] padded with `fill` to [the fixed batch, n's length bucket], on XLA."""
-        from core.backends.xla.runtime import device
-
         batch, length = tensor.shape
         bucket = next((b for b in BUCKETS if b >= length), length)
         padded = torch.full((max(self.fixed_batch, batch), bucket), fill, dtype=tensor.dtype)
@@ -62,12 +65,6 @@ class ZooXLALM(HFLM):
 
 def _load_zoo_model(folder: str):
     """The zoo family whose HF class the folder's config.json names, loaded on XLA."""
-    import json
-    from pathlib import Path
-
-    from core.backends.xla.runtime import device
-    from zoo.registry import family_for_hf_architecture
-
     config = json.loads((Path(folder) / "config.json").read_text())
     family = family_for_hf_architecture((config.get("architectures") or ["?"])[0])
     model = family.build(family.config_from_hf(folder), init=False)

@@ -4,10 +4,12 @@ refusal of a bad flag answer without importing torch, torch_xla, transformers or
 
 from __future__ import annotations
 
+import json
 import logging
 
 import click
 
+from core import runtime
 from core.errors import UserError
 from tools.tpu_commands import tpu as tpu_group
 
@@ -49,9 +51,7 @@ def cli():
 def topology(slice_type, as_json):
     """Describe a TPU slice type (v4-32, v5litepod-16, v6e-256, cpu-8, ...) or S slices of
     one (2xv6e-256): chips, hosts, peaks and the ICI / DCN bandwidth per chip."""
-    import json
-
-    from core.topology import parse
+    from core.topology import parse  # start-up
 
     topo = parse(slice_type)
     click.echo(json.dumps(topo.to_dict(), indent=2) if as_json else topo.describe())
@@ -108,7 +108,7 @@ def train(model, overrides, config_files, **options):
 
     Example: zoo train llama-tiny --tpu cpu-4 --steps 40 optim.lr=1e-3 remat=scan
     """
-    from tools.launch import TrainRequest, launch
+    from tools.launch import TrainRequest, launch  # start-up
 
     launch(TrainRequest(model, tuple(overrides), config_files=tuple(config_files), **options),
            click.echo)
@@ -169,7 +169,7 @@ def new_model(name, parent):
 def bench(**options):
     """Step time, throughput and MFU for a benchmark suite (synthetic data)."""
     from benchmarks.bench import BenchRequest  # torch, the families
-    from benchmarks.bench import bench as run_bench
+    from benchmarks.bench import bench as run_bench  # torch, the families
 
     run_bench(BenchRequest(**options), click.echo)
 
@@ -196,7 +196,7 @@ def plan(model, overrides, tpu, target_mfu, compile_, compare, as_json):
     if compare and not compile_:
         raise UserError(f"--compare {compare} compares compiled programs: add --compile")
     from benchmarks.plan.report import plan_report  # torch, the families
-    from zoo.app.run import resolve_run
+    from zoo.app.run import resolve_run  # torch, the families
 
     run = resolve_run(model, [f"tpu={tpu}", *overrides])
     click.echo(plan_report(run, target_mfu, compile_, compare, as_json))
@@ -208,7 +208,7 @@ def plan(model, overrides, tpu, target_mfu, compile_, compare, as_json):
 def export(checkpoint, out):
     """Export a training run or checkpoint (CHECKPOINT) as a Hugging Face folder OUT."""
     from eval.export import describe_export  # torch
-    from eval.export import export as export_checkpoint
+    from eval.export import export as export_checkpoint  # torch
 
     click.echo(describe_export(checkpoint, export_checkpoint(checkpoint, out)))
 
@@ -237,8 +237,6 @@ cli.add_command(tpu_group)
 
 
 def main():
-    from core import runtime
-
     runtime.configure()  # before anything imports torch_xla (transformers may)
     cli(prog_name="zoo")
 

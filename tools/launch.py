@@ -12,6 +12,9 @@ from collections.abc import Callable
 from core import topology
 from core.errors import UserError
 from core.hosts import current as current_hosts
+from tools import slices
+from tools import tpu as one_slice
+from tools.gcloud import Gcloud, Node
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,10 +61,6 @@ def launch(request: TrainRequest, echo: Callable[[str], object]) -> None:
 
 
 def _launch_on_tpu_vm(request: TrainRequest, echo: Callable[[str], object]) -> None:
-    from tools import slices
-    from tools import tpu as one_slice
-    from tools.gcloud import Gcloud, Node
-
     multi_slice = topology.parse(request.tpu).slices > 1  # nodes NAME-0, NAME-1, ...
     launch_training = (slices if multi_slice else one_slice).launch_training
     flags = [f"--{k}={v}" for k, v in (("steps", request.steps), ("out", request.out),

@@ -124,7 +124,7 @@ def launch_training(gcloud: Gcloud, node: Node, model: str, accelerator: str,
                     train_args: list[str], follow: bool = True) -> None:
     """`zoo train MODEL --tpu SxTYPE --on NAME`: every slice's node checked to be a TYPE,
     synced, and started with its megascale settings; then worker 0 of slice 0 followed."""
-    from core import topology
+    from core import topology  # start-up
 
     topo = topology.parse(accelerator)
     nodes = slice_nodes(node, topo.slices)

@@ -10,14 +10,14 @@ import os
 import sys
 import uuid
 
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
 from core.errors import UserError
 
 
 def launch(nproc: int, argv: list[str]) -> None:
     """Run `zoo <argv>` in `nproc` processes and wait for all; one line if any fails."""
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
-
     # as torchrun does: processes sharing a host's cores do not each start a thread per core
     cores = len(os.sched_getaffinity(0))
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, cores // nproc)))

@@ -72,7 +72,7 @@ def refuse_single_slice_options(preemptible: bool, data_disk: str | None) -> Non
 
 def job_slices(accelerator: str, slices: int) -> tuple[str, int]:
     """(each slice's type, how many): `--tpu 2xv6e-256` or `--tpu v6e-256 --slices 2`."""
-    from core import topology
+    from core import topology  # start-up
 
     topo = topology.parse(accelerator)  # a clear error for impossible slice types
     if topo.slices > 1 and slices not in (1, topo.slices):

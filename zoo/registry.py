@@ -150,7 +150,7 @@ def family_for_hf_architecture(architecture: str) -> ModelFamily[Any]:
 
 def parameter_count(fam: ModelFamily[Any], size: str) -> int:
     """Parameters of a size, counted on the meta device (nothing allocated)."""
-    import torch
+    import torch  # start-up
 
     with torch.device("meta"):
         model = fam.build(fam.sizes[size], init=False)

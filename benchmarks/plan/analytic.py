@@ -8,11 +8,15 @@ import dataclasses
 import math
 import re
 
+import torch
+
 from core import runtime, topology
 from core.errors import UserError
 from core.flops import train_flops
 from core.inputs import batch_devices, host_batch_size
 from core.out_of_memory import FIT_ADVICE
+from core.sharding import plan_params
+from core.table import format_table
 from zoo.app.run import Run
 
 OPTIMIZER_STATES = {"adamw": 2, "sgd": 1}  # fp32 tensors per parameter
@@ -63,10 +67,6 @@ class Plan:
 
 def make_plan(run: Run, target_mfu: float) -> Plan:
     """The run's per-device memory and step time at `target_mfu` on its topology."""
-    import torch  # after the config: a bad key fails without loading torch
-
-    from core.sharding import plan_params
-
     family, cfg, topo, mesh, remat = run.family, run.config, run.topology, run.mesh, run.remat
     host_batch_size(cfg.global_batch_size, topo.hosts)  # what `zoo train` requires too
     with torch.device("meta"):
@@ -147,8 +147,6 @@ def check_fits(run: Run) -> None:
 
 
 def describe(plan: Plan) -> str:
-    from core.table import format_table
-
     gib = 2**30
     rows = [(name, f"{value / gib:,.2f} GiB") for name, value in plan.terms.items()]
     rows.append(("total", f"{plan.total / gib:,.2f} GiB"))

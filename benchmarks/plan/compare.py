@@ -21,6 +21,7 @@ from benchmarks.maxtext_keys import maxtext_keys
 from benchmarks.plan.analytic import Plan, make_plan
 from benchmarks.plan.step_model import StepModel, project
 from benchmarks.plan.tpu_compile import CompiledStep, compile_target, compiled_step
+from benchmarks.plan.tpu_step import trace_step_hlo
 from core.errors import UserError
 from core.out_of_memory import OutOfMemory
 from zoo.app.run import Run
@@ -96,8 +97,6 @@ class Comparison:
 
 def compare(run: Run, target_mfu: float = 0.5) -> Comparison:
     """Trace zoo's step, compile it and MaxText's with MaxText's libtpu, count both."""
-    from benchmarks.plan.tpu_step import trace_step_hlo
-
     analytic = make_plan(run, target_mfu)
     topo = run.topology
     compile_target(topo)  # a slice the compiler cannot target fails first

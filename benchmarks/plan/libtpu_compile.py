@@ -13,6 +13,8 @@ import contextlib
 import os
 import time
 
+import numpy as np
+
 STAT_FIELDS = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "code_bytes",
                "flops", "bytes_accessed", "optimal_seconds", "compile_seconds")
 
@@ -36,7 +38,7 @@ def topology_devices(target: dict) -> list:
     os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")  # no GCE metadata lookups off a TPU VM
     # compile-only use holds no chip: let several processes (plans, tests) load libtpu
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
-    from jax.experimental.topologies import get_topology_desc
+    from jax.experimental.topologies import get_topology_desc  # jax
 
     arguments = {k: tuple(v) if isinstance(v, list) else v for k, v in target.items()}
     with quiet_stderr():
@@ -66,10 +68,9 @@ def compile_text(hlo_text: str, devices: list) -> tuple[dict, str]:
     """(figures, optimized HLO text) of an SPMD HLO module (text, shardings written in)
     compiled over `devices`; when the compiler refuses it, ({"error": its message,
     "compile_seconds": s}, "")."""
-    import jax
-    import numpy as np
-    from jax._src.interpreters import mlir
-    from jax._src.lib import xla_client as xc
+    import jax  # jax
+    from jax._src.interpreters import mlir  # jax
+    from jax._src.lib import xla_client as xc  # jax
 
     parse = getattr(getattr(xc, "hlo", None), "hlo_module_from_text", None)
     proto = (parse or xc._xla.hlo_module_from_text)(hlo_text).as_serialized_hlo_module_proto()
@@ -106,7 +107,7 @@ def _drop_empty_tilings(op):
     """A newer XLA's HLO-to-StableHLO import writes `result_tilings = [[]]` on
     layout-constrained custom calls (the Pallas kernels); libtpu 0.0.52's StableHLO (1.16)
     has no such attribute and refuses the module. Empty tilings say nothing: drop them."""
-    from jax._src.interpreters import mlir
+    from jax._src.interpreters import mlir  # jax
 
     tilings = op.attributes["result_tilings"] if "result_tilings" in op.attributes else None
     if tilings is not None and all(len(tiling) == 0 for tiling in tilings):

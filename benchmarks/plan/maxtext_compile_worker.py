@@ -34,8 +34,8 @@ def compile_maxtext(args: list[str], compiler) -> tuple[dict, str, list]:
     """MaxText's train step compiled by its own `train_compile` (its `jit_and_compile`
     wrapped to keep the compiled object and time the compile proper, not the tracing):
     (figures or the compiler's refusal, optimized HLO text, the topology's devices)."""
-    import jax
-    from maxtext.trainers.pre_train import train_compile
+    import jax  # jax
+    from maxtext.trainers.pre_train import train_compile  # maxtext
 
     original, lower_compile = train_compile.jit_and_compile, jax.stages.Lowered.compile
     seen: dict = {}

@@ -5,25 +5,21 @@ from __future__ import annotations
 
 import json
 
+from benchmarks.plan.analytic import describe, make_plan
+from benchmarks.plan.compare import compare as compare_plans
+from benchmarks.plan.compare_table import describe as describe_comparison
+from benchmarks.plan.tpu_step import compile_plan, describe_compiled
 from zoo.app.run import Run
 
 
 def plan_report(run: Run, target_mfu: float, compile_: bool, compare: str | None,
                 as_json: bool) -> str:
     """What `zoo plan` prints; `compare` needs `compile_` (the CLI checks it first)."""
-    # each answer imports only what it needs: the compiler's drivers cost seconds to import
     if compare:
-        from benchmarks.plan.compare import compare as compare_plans
-        from benchmarks.plan.compare_table import describe as describe_comparison
-
         record = compare_plans(run, target_mfu).record()
         return json.dumps(record, indent=2) if as_json else describe_comparison(record)
     if not compile_:
-        from benchmarks.plan.analytic import describe, make_plan
-
         result = make_plan(run, target_mfu)
         return json.dumps(result.record(), indent=2) if as_json else describe(result)
-    from benchmarks.plan.tpu_step import compile_plan, describe_compiled
-
     compiled = compile_plan(run, target_mfu)
     return json.dumps(compiled.record(), indent=2) if as_json else describe_compiled(compiled)

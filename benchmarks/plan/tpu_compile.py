@@ -7,6 +7,7 @@ collectives it inserted. Nothing runs; the numbers are the compiler's, not a mea
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import math
 import os
 import re
@@ -115,8 +116,6 @@ def _cube_order(chips: int) -> tuple[int, int, int]:
 
 def tpu_devices(topo: Topology):
     """The slice's devices as compile-only JAX devices (no TPU needed)."""
-    import importlib.util
-
     if importlib.util.find_spec("libtpu") is None and not os.environ.get("TPU_LIBRARY_PATH"):
         raise UserError("the TPU compiler (libtpu) is not installed: run ./setup_vm.sh, or "
                         "pip install -e '.[tpu-compile]'")

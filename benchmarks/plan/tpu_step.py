@@ -12,12 +12,35 @@ import os
 import sys
 import time
 
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
 from benchmarks.plan.analytic import Plan, describe, make_plan
 from benchmarks.plan.step_model import project
-from benchmarks.plan.tpu_compile import CompiledStep
-from core import runtime, topology
+from benchmarks.plan.tpu_compile import CompiledStep, compile_hlo, compile_target, tpu_devices
+from core import backends, runtime, topology
+from core.backends.xla.pallas_tpu import pallas_lowering_for_tpu
+from core.backends.xla.runtime import detect, start
+from core.backends.xla.spmd import build_mesh, shard_activations
+from core.backends.xla.trace import (
+    Placeholders,
+    follow_hoisted_placeholders,
+    hlo_sharding_text,
+    placeholder_batch,
+    placeholder_model,
+    placeholder_optimizer_state,
+    sharded_hlo_text,
+    state_tensors,
+    tensor_ids,
+)
 from core.errors import UserError
+from core.inputs import batch_spec
+from core.mesh import axis_sizes
 from core.out_of_memory import FIT_ADVICE, OutOfMemory
+from core.remat import SCAN_POLICIES, LayerStack, apply_remat
+from core.sharding import plan_params
+from core.step import TrainStep
+from core.table import format_bytes, format_table
 from zoo.app.run import Run
 
 
@@ -25,8 +48,6 @@ def use_virtual_devices(topo: topology.Topology) -> None:
     """XLA:CPU with one virtual device per device of the slice; must precede torch_xla."""
     wanted = str(topo.devices)
     if "torch_xla.runtime" in sys.modules:
-        from core.backends.xla.runtime import detect
-
         info = detect()
         if info.pjrt_device != "CPU" or info.device_count != topo.devices:
             raise UserError(f"this process already runs XLA on other devices; plan "
@@ -41,36 +62,11 @@ def trace_step_hlo(run: Run) -> tuple[str, str, int]:
     """(HLO text of the run's sharded train step, attention it computes, bytes of its
     inputs that are not planned placeholders), traced for the run's topology."""
     use_virtual_devices(run.topology)
-    from benchmarks.plan.tpu_compile import tpu_devices
-    from core.backends.xla.pallas_tpu import pallas_lowering_for_tpu
-
     with pallas_lowering_for_tpu(tpu_devices(run.topology)[0].client.platform_version):
         return _trace(run)
 
 
 def _trace(run: Run) -> tuple[str, str, int]:
-    import torch
-
-    from core import backends
-    from core.backends.xla.runtime import start
-    from core.backends.xla.spmd import build_mesh, shard_activations
-    from core.backends.xla.trace import (
-        Placeholders,
-        follow_hoisted_placeholders,
-        hlo_sharding_text,
-        placeholder_batch,
-        placeholder_model,
-        placeholder_optimizer_state,
-        sharded_hlo_text,
-        state_tensors,
-        tensor_ids,
-    )
-    from core.inputs import batch_spec
-    from core.mesh import axis_sizes
-    from core.remat import apply_remat
-    from core.sharding import plan_params
-    from core.step import TrainStep
-
     family, rules, topo = run.family, run.rules, run.topology
     cfg = run.built_config
     start()
@@ -131,11 +127,6 @@ def _meta_train_step_flops(family, cfg, remat) -> float:
     """FLOPs of the loss's forward and backward on a meta-device model (nothing allocated),
     attention as plain matmuls (FlopCounterMode cannot see inside a flash kernel). The
     step runs twice and the second run is counted: the first traces the scanned layers."""
-    import torch
-    from torch.utils.flop_counter import FlopCounterMode
-
-    from core.remat import LayerStack, apply_remat
-
     def forward(self, hidden, *extras):  # the scan path off XLA too (a family's own _scan)
         return self._scan(hidden, extras) if self.scan else original_forward(self, hidden, *extras)
 
@@ -161,10 +152,7 @@ def _partitioned_layers(stack, hidden, extras):
     """A scanned stack run eagerly, layer by layer, through the same AOTAutograd
     partition torch_xla's scan compiles (its remat policy's, or keep-everything): backward
     recomputes what the scan's backward recomputes, and nothing it leaves out."""
-    import torch
-    from functorch.compile import aot_function, default_partition, make_boxed_func
-
-    from core.remat import SCAN_POLICIES, LayerStack
+    from functorch.compile import aot_function, default_partition, make_boxed_func  # start-up
 
     step = stack.__dict__.get("_counted_step")
     if step is None:
@@ -271,8 +259,6 @@ class CompiledPlan:
 
 def compile_plan(run: Run, target_mfu: float = 0.5) -> CompiledPlan:
     """Trace `zoo train`'s step for the run's slice and compile it with libtpu."""
-    from benchmarks.plan.tpu_compile import compile_hlo, compile_target
-
     analytic = make_plan(run, target_mfu)
     topo = run.topology
     compile_target(topo)  # a slice the compiler cannot target fails first
@@ -291,8 +277,6 @@ def persistent_bytes(plan: Plan) -> float:
 
 
 def describe_compiled(plan: CompiledPlan) -> str:
-    from core.table import format_bytes, format_table
-
     record, topo = plan.record(), plan.analytic.topology
     hbm, flops, step = record["hbm_per_chip"], record["flops_per_chip"], plan.compiled
     heading = (f"compiled by libtpu for {record['compile_target']['topology_name']} "
@@ -374,8 +358,6 @@ def _seconds(value: float) -> str:
 
 
 def _collectives_text(collectives: dict) -> str:
-    from core.table import format_bytes
-
     return ", ".join(f"{kind} x{v['count']} ({format_bytes(v['bytes'])})"
                      for kind, v in collectives.items()) or "none"
 
@@ -384,8 +366,6 @@ def hbm_difference_note(plan: CompiledPlan) -> str:
     """Where compiled and analytic HBM part: the persistent state (parameters and optimizer
     state, the program's arguments) or the step's transients (gradients, activations,
     gathered weights: its temporaries)."""
-    from core.table import format_bytes
-
     step, persistent = plan.compiled, persistent_bytes(plan.analytic)
     transient = plan.analytic.total - persistent
     note = (

@@ -17,23 +17,21 @@ What a backend answers, method by method, is the `Backend` protocol (core/backen
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import torch
 
 from core.backends.contract import Backend
+from core.backends.xla import XlaBackend
+from core.backends.xla.runtime import installed
+from core.backends.xla.spmd import sharded_zeros
 from core.errors import UserError
-
-if TYPE_CHECKING:
-    import torch
 
 BACKENDS = ("xla", "dtensor")
 
 
 def get(name: str) -> Backend:
-    """The backend called `name` (imported only when asked for: neither needs the other)."""
+    """The backend called `name` (dtensor imported only when asked for: FSDP2 and
+    torch._dynamo take a second to import)."""
     if name == "xla":
-        from core.backends.xla import XlaBackend
-        from core.backends.xla.runtime import installed
-
         if not installed():
             raise UserError("the xla backend needs torch_xla, which is not installed: "
                             "./setup_vm.sh (or pip install 'zoo[xla]'), or run with --backend "
@@ -41,7 +39,7 @@ def get(name: str) -> Backend:
 
         return XlaBackend()
     if name == "dtensor":
-        from core.backends.dtensor import DTensorBackend
+        from core.backends.dtensor import DTensorBackend  # start-up
 
         return DTensorBackend()
     raise UserError(f"backend '{name}' is not one of {', '.join(BACKENDS)}")
@@ -50,13 +48,10 @@ def get(name: str) -> Backend:
 def zeros_like_param(param: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
     """Zeros shaped like `param`, on its device with its sharding: optimizer state as a
     training step would create it. Made on the host and transferred, so no graph compiles."""
-    import torch
-    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor import DTensor  # start-up
 
     if isinstance(param, DTensor):  # the dtensor backend: same placements, local zeros
         return torch.zeros_like(param.detach(), dtype=dtype or param.dtype)
     if param.device.type == "xla":
-        from core.backends.xla.spmd import sharded_zeros
-
         return sharded_zeros(param, dtype or param.dtype)
     return torch.zeros(param.shape, dtype=dtype or param.dtype)

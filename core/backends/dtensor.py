@@ -26,15 +26,21 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
+from torch._dynamo import utils as dynamo_utils
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor, Shard
 
+from core.attention import use_fused_kernels
 from core.backends.contract import Batch, RematPreset, Result, StepArgs, StepDone, StepValues
 from core.errors import UserError
+from core.mesh import resolve_axis_sizes
+from core.sharding import axes_of, plan_params
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from torch.distributed.device_mesh import DeviceMesh
-    from torch.distributed.tensor import Shard
 
     from core.mesh import MeshConfig
     from core.profile import ProfileConfig
@@ -84,13 +90,6 @@ class DTensorBackend:
                 bf16: bool) -> tuple[torch.nn.Module, list[ParamPlan], DeviceMesh, dict[str, int]]:
         """(model sharded with fully_shard on this process's device, the parameter plan, the
         DeviceMesh, its axis sizes)."""
-        from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-
-        from core.attention import use_fused_kernels
-        from core.mesh import resolve_axis_sizes
-        from core.sharding import plan_params
-
         if any(size > 1 for size in mesh_config.dcn.values()):
             raise UserError("--backend dtensor runs on one slice; slices over DCN (mesh.dcn) "
                             "need --backend xla")
@@ -184,12 +183,10 @@ class DTensorBackend:
     def compile_stats(self) -> tuple[int, float]:
         """Graphs torch.compile made so far, and the seconds spent making them (forward
         frames, and backward graphs, which AOTAutograd compiles at the first backward)."""
-        from torch._dynamo import utils
-
-        seconds = utils.cumulative_time_spent_ns.get("entire_frame_compile", 0) / 1e9
-        seconds += sum(sum(times) for name, times in utils.compilation_time_metrics.items()
+        seconds = dynamo_utils.cumulative_time_spent_ns.get("entire_frame_compile", 0) / 1e9
+        seconds += sum(sum(times) for name, times in dynamo_utils.compilation_time_metrics.items()
                        if "bw_compiler" in name)
-        return int(utils.counters["stats"]["unique_graphs"]), seconds
+        return int(dynamo_utils.counters["stats"]["unique_graphs"]), seconds
 
     def peak_flops(self, dtype_name: str, devices: int) -> tuple[float, str]:
         if self.device.type == "cuda":
@@ -220,8 +217,6 @@ class DTensorBackend:
     def host_copy(self, state: dict[str, torch.Tensor]) -> dict[str, Any]:
         """Each process's own shards copied to host memory, as DTensors with the originals'
         layout (what a background write reads while training changes the originals)."""
-        from torch.distributed.tensor import DTensor
-
         def copied(value: torch.Tensor) -> torch.Tensor:
             if not isinstance(value, DTensor):
                 return value.detach().cpu().clone()
@@ -292,8 +287,6 @@ def _tables_in(block: torch.nn.Module) -> list[torch.nn.Module]:
 def _fsdp_dims(model: torch.nn.Module, plan: list[ParamPlan]) -> dict[int, int]:
     """id(parameter) -> the dimension its preset splits over fsdp (absent: dim 0, where
     FSDP shards every parameter its preset replicates)."""
-    from core.sharding import axes_of
-
     params = dict(model.named_parameters())
     dims: dict[int, int] = {}
     for entry in plan:
@@ -304,16 +297,12 @@ def _fsdp_dims(model: torch.nn.Module, plan: list[ParamPlan]) -> dict[int, int]:
 
 
 def _shard(dim: int) -> Shard:
-    from torch.distributed.tensor import Shard
-
     return Shard(dim)
 
 
 def _global_values(values: StepValues, world: int) -> StepValues:
     """Per-process scalars averaged over the processes in one all-reduce; DTensors (the
     gradient norm) made whole."""
-    from torch.distributed.tensor import DTensor
-
     whole = {k: v.full_tensor() for k, v in values.items() if isinstance(v, DTensor)}
     local = {k: v.detach().float().reshape(()) for k, v in values.items() if k not in whole}
     if local and world > 1:

@@ -55,8 +55,11 @@ import uuid
 import warnings
 from itertools import zip_longest
 
+import safetensors.torch
 import torch
 
+from core import backends
+from core.backends import zeros_like_param
 from core.errors import UserError
 from core.hosts import Hosts
 from core.hosts import current as current_hosts
@@ -107,8 +110,6 @@ class Checkpointer:
     @property
     def backend(self):
         if self._backend is None:
-            from core import backends
-
             self._backend = backends.get("xla")
         return self._backend
 
@@ -281,8 +282,8 @@ class Checkpointer:
             )
         folder = self.path(step)
 
-        import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
+        import torch.distributed.checkpoint as dcp  # start-up
+        from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader  # start-up
 
         hosts = current_hosts()
         meta = json.loads(folder.read_text(_META_FILE))
@@ -337,8 +338,8 @@ class _Save:
         self.writes_alone = hosts.main or not shared
 
     def write(self) -> None:
-        import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
+        import torch.distributed.checkpoint as dcp  # start-up
+        from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter  # start-up
 
         self.folder.makedirs()
         # thread_count > 1: with torchax installed the default single-thread writer picks
@@ -351,9 +352,8 @@ class _Save:
         self.folder.write_bytes(f"rng-{self.hosts.index:05d}.pt", _torch_bytes(self.rng))
         if self.writes_alone:
             if self.weights is not None:
-                from safetensors.torch import save
-
-                self.folder.write_bytes(WEIGHTS_FILE, save(self.weights, {"format": "pt"}))
+                self.folder.write_bytes(WEIGHTS_FILE,
+                                        safetensors.torch.save(self.weights, {"format": "pt"}))
             self.folder.write_bytes(_TRAINER_FILE, _torch_bytes(self.trainer))
             self.folder.write_text(_META_FILE, json.dumps(self.meta, indent=1, sort_keys=True))
         self.hosts.barrier()  # every host's files are written...
@@ -364,7 +364,7 @@ class _Save:
 def _full_weights(model) -> dict[str, torch.Tensor]:
     # `.cpu()` on a sharded XLA tensor gathers the full tensor; it is a collective, so every
     # process runs it, in the training thread.
-    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor import DTensor  # start-up
 
     def whole(value):
         return value.full_tensor() if isinstance(value, DTensor) else value
@@ -458,12 +458,10 @@ def _read_weights(folder: Store) -> dict[str, torch.Tensor]:
         raise CheckpointError(f"checkpoint {folder} is damaged: {problem}; use an older "
                               "checkpoint of the run (checkpoints/step-N)")
     if folder.exists(WEIGHTS_FILE):
-        from safetensors.torch import load
-
-        return load(folder.read_bytes(WEIGHTS_FILE))
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
-    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+        return safetensors.torch.load(folder.read_bytes(WEIGHTS_FILE))
+    import torch.distributed.checkpoint as dcp  # start-up
+    from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader  # start-up
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata  # start-up
 
     reader = FsspecReader(folder.url)
     saved = {name: meta for name, meta in reader.read_metadata().state_dict_metadata.items()
@@ -561,8 +559,6 @@ def _optimizer_targets(optimizer, names: dict[int, str], saved: dict) -> dict:
     with the parameter's sharding, which is what a training step would have created; anything
     else (AdamW's scalar `step`) is a CPU tensor, as torch keeps it.
     """
-    from core.backends import zeros_like_param
-
     by_param: dict[str, dict] = {}
     for fqn, md in saved.items():
         if fqn.startswith("optim.") and hasattr(md, "size"):

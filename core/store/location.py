@@ -16,6 +16,8 @@ import uuid
 
 import fsspec
 
+from core.errors import UserError
+
 PROBE_TIMEOUT_S = 5  # how long a first look at a bucket is waited for
 
 
@@ -72,8 +74,6 @@ def _quiet_storage_logs():
 def local_folder(path: str | os.PathLike, option: str) -> str:
     """`path` for a command that writes a local folder; a URL there is refused in one line
     (a path like gs://b/x would otherwise become a local folder named `gs:`)."""
-    from core.errors import UserError
-
     path = os.fspath(path)
     if "://" in path:
         raise UserError(f"{option} {path}: this writes a local folder; give a local path, "

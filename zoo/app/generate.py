@@ -12,7 +12,10 @@ from pathlib import Path
 
 import torch
 
+from core.data import load_tokenizer
 from core.errors import UserError
+from core.store.checkpoint import load_checkpoint
+from zoo.app.saved_run import checkpoint_of, load_run
 
 
 def load_for_generation(path: str | Path, prompt: str = "", max_new_tokens: int = 0):
@@ -20,10 +23,6 @@ def load_for_generation(path: str | Path, prompt: str = "", max_new_tokens: int 
     family's transformers class where it has one, else its own model. Before any weights are
     read, refused unless the model makes text and has positions for the prompt and
     `max_new_tokens` more."""
-    from core.data import load_tokenizer
-    from core.store.checkpoint import load_checkpoint
-    from zoo.app.saved_run import checkpoint_of, load_run
-
     run, _ = load_run(path)
     family, cfg = run.family, run.config
     if not family.task.generates_text:
@@ -36,7 +35,7 @@ def load_for_generation(path: str | Path, prompt: str = "", max_new_tokens: int 
         model = family.build(cfg.model, init=False)
         model.load_state_dict(weights)
         return model.eval(), tokenizer
-    import transformers
+    import transformers  # transformers
 
     transformers.utils.logging.disable_progress_bar()  # weights from memory: no progress
     hf_class = getattr(transformers, family.hf_class)
@@ -81,7 +80,7 @@ def generate(
     ids = tokenizer(prompt, return_tensors="pt").input_ids
     torch.manual_seed(seed)
     if hasattr(model, "generate"):  # a transformers model: with its KV cache
-        from transformers import GenerationConfig, LogitsProcessorList
+        from transformers import GenerationConfig, LogitsProcessorList  # transformers
 
         sampling = {"do_sample": True, "temperature": temperature, "top_k": top_k} \
             if temperature > 0 else {"do_sample": False}

@@ -11,6 +11,7 @@ import dataclasses
 
 from core import config as config_lib
 from core import topology as topology_lib
+from core.inputs import batch_devices
 from core.mesh import for_slices, resolve_axis_sizes
 from core.remat import RematConfig
 from core.sharding import ShardingRules
@@ -82,6 +83,4 @@ def default_global_batch(configured: int, mesh: dict[str, int]) -> int:
     """The config's default batch (a CPU-sized 8 or 32), raised to one example per
     data-parallel device on a slice with more: a smaller batch leaves XLA padding every
     device's share, compute spent on nothing (and a slow, odd SPMD program)."""
-    from core.inputs import batch_devices
-
     return max(configured, batch_devices(mesh))

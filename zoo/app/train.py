@@ -8,10 +8,20 @@ import contextlib
 import dataclasses
 import os
 
+import yaml
+
+from core import backends, runtime, topology
 from core import config as config_lib
-from core import runtime, topology
+from core import hosts as hosts_lib
+from core.backends.xla.runtime import start
+from core.engine import MIN_TIMED_STEPS, WARMUP_STEPS, Engine
 from core.errors import UserError
-from core.store.run_folder import RUN_ID, RunFolder
+from core.hf import check_architecture
+from core.store.checkpoint import check_writable, complete_steps
+from core.store.lease import RunIdentity, check_owner, leased
+from core.store.location import Store
+from core.store.run_folder import CHECKPOINTS, LOCATION_CONFIG, RUN_CONFIG, RUN_ID, RunFolder
+from core.store.run_home import RunHome
 from zoo.app.run import Run
 from zoo.registry import ModelFamily
 
@@ -49,12 +59,6 @@ def check_resumable(cfg) -> None:
     architecture, data or optimisation is a different experiment, and checkpoints left
     behind by a changed `checkpoint_dir` are never silently restarted from step 1; both are
     refused in one line."""
-    import yaml
-
-    from core.store.checkpoint import complete_steps
-    from core.store.run_folder import CHECKPOINTS, RUN_CONFIG
-    from core.store.run_home import RunHome
-
     home = RunHome(cfg.out)
     saved = home.read(RUN_CONFIG)
     if saved is None:
@@ -83,8 +87,6 @@ def check_resumable(cfg) -> None:
 
 def run_identity(cfg, family: ModelFamily, home, run_id: str | None):
     """Who this run is, as its checkpoint location records its owner."""
-    from core.store.lease import RunIdentity
-
     return RunIdentity(run_id=run_id and run_id.strip(), model_name=cfg.model_name,
                        family=family.name,
                        out=home.out if home.remote else os.path.abspath(home.out))
@@ -98,8 +100,6 @@ def build_engine(run: Run, build_model=None, force_resume: bool = False,
     reads from files: a Hugging Face architecture (`init_from`), the task's token ids.
 
     `build_model(config, seed)` replaces the family's model (the bench's HF peer)."""
-    from core import backends
-
     engine_backend = backends.get(backend)  # first: the dtensor backend's process group
     family, cfg = run.family, run.config
     if backend == "xla":
@@ -107,14 +107,10 @@ def build_engine(run: Run, build_model=None, force_resume: bool = False,
     if cfg.init_from:
         if family.load_hf is None:
             raise UserError(f"{family.name} cannot load Hugging Face checkpoints (--init-from)")
-        from core.hf import check_architecture
-
         check_architecture(cfg.init_from, family.hf_class)
         cfg = dataclasses.replace(cfg, model=family.config_from_hf(cfg.init_from))
     run = run.with_config(family.task.resolve(cfg))
     cfg = run.config
-    from core.store.checkpoint import check_writable
-
     # First: a bucket out of reach fails in seconds. One probe per machine: processes of
     # one machine share its disk, and one's clean-up would remove another's probe.
     if int(os.environ.get("LOCAL_RANK", "0")) == 0:
@@ -122,11 +118,7 @@ def build_engine(run: Run, build_model=None, force_resume: bool = False,
     if not force_resume:
         check_resumable(cfg)
     if backend == "xla":
-        from core.backends.xla.runtime import start
-
         start()
-    from core.engine import Engine
-
     model = (build_model or family.build)(run.built_config.model, seed=cfg.seed)
     if cfg.init_from:
         family.load_hf(model, cfg.init_from)
@@ -163,11 +155,6 @@ def _hold_run(cfg, home, family: ModelFamily, held: contextlib.ExitStack) -> Non
     while another run holds them), brings a run in a bucket into its local copy and writes
     the run's config; every host learns whether it did, so a refusal on the main host ends
     the others too instead of leaving them waiting for it."""
-    from core import hosts as hosts_lib
-    from core.store.lease import check_owner, leased
-    from core.store.location import Store
-    from core.store.run_folder import LOCATION_CONFIG
-
     hosts = hosts_lib.current()
     refusal = None
     if hosts.main:  # the others only write their checkpoint shards
@@ -199,8 +186,6 @@ def _hold_run(cfg, home, family: ModelFamily, held: contextlib.ExitStack) -> Non
 
 def describe_summary(summary: dict, out: str) -> str:
     """The line a finished `zoo train` prints: steps, loss, speed, compiles, run folder."""
-    from core.engine import MIN_TIMED_STEPS, WARMUP_STEPS  # torch: start-up
-
     speed = (f"median step {summary['median_step_time_s']:.3f} s, "
              f"{summary['items_per_s']:,.0f} {summary['unit']}/s, MFU {summary['mfu']:.1%}"
              if summary["mfu"] is not None else

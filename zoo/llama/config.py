@@ -78,7 +78,7 @@ class LlamaConfig:
 
     def to_hf(self):
         """The equivalent `transformers.LlamaConfig` (for export and parity tests)."""
-        from transformers import LlamaConfig as HFLlamaConfig
+        from transformers import LlamaConfig as HFLlamaConfig  # transformers
 
         rope = {"rope_type": "default", "rope_theta": self.rope_theta}
         if self.rope_scaling:

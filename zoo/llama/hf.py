@@ -7,7 +7,7 @@ from zoo.llama.config import LlamaConfig
 
 
 def config_from_hf(name_or_path: str) -> LlamaConfig:
-    from transformers import LlamaConfig as HFLlamaConfig
+    from transformers import LlamaConfig as HFLlamaConfig  # transformers
 
     return LlamaConfig.from_hf(HFLlamaConfig.from_dict(read_config(name_or_path)))
 

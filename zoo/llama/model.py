@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from core.attention import causal_attention
+from core.backends.xla.ops import flash_attention
 from core.remat import LayerStack, checkpoint_name
 from zoo.llama.config import LlamaConfig
 
@@ -84,8 +85,6 @@ class LlamaAttention(nn.Module):
         groups = self.heads // self.kv_heads
         k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
         if self.use_flash:
-            from core.backends.xla.ops import flash_attention
-
             out = flash_attention(q, k, v)
         else:
             out = causal_attention(q, k, v)

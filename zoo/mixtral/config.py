@@ -53,7 +53,7 @@ class MixtralConfig(LlamaConfig):
         return max(1, min(group_tokens, math.ceil(self.capacity_factor * fair_share)))
 
     def to_hf(self):
-        from transformers import MixtralConfig as HFMixtralConfig
+        from transformers import MixtralConfig as HFMixtralConfig  # transformers
 
         return HFMixtralConfig(
             **same_named(self, HF_SAME_NAMES),

@@ -16,7 +16,7 @@ EXPERT_KEY = re.compile(r"(.+)\.block_sparse_moe\.experts\.(\d+)\.(w[123])\.weig
 
 
 def config_from_hf(name_or_path: str) -> MixtralConfig:
-    from transformers import MixtralConfig as HFMixtralConfig
+    from transformers import MixtralConfig as HFMixtralConfig  # transformers
 
     return MixtralConfig.from_hf(HFMixtralConfig.from_dict(read_config(name_or_path)))
 

@@ -38,7 +38,7 @@ class T5Config:
 
     def to_hf(self):
         """The equivalent `transformers.T5Config` (gated-GELU, untied head: T5 v1.1)."""
-        from transformers import T5Config as HFT5Config
+        from transformers import T5Config as HFT5Config  # transformers
 
         return HFT5Config(
             **same_named(self, HF_SAME_NAMES),

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from core.data import check_vocab, load_tokenizer, local_files
 from core.engine import TrainConfig
 from core.mesh import check_divides
+from core.remat import checkpointed
 from core.task import Task
 from zoo.tasks.packed_text import DataConfig, TokenBatches
 
@@ -58,8 +59,6 @@ def chunked_causal_lm_loss(hidden: torch.Tensor, head, labels: torch.Tensor,
     time, each slice's logits recomputed in backward (checkpointed), so only one slice's
     logits are ever held. Slices are strided (positions i, i + chunks, ...), so under
     context parallelism every device holds its share of each."""
-    from core.remat import checkpointed
-
     ignored = torch.full_like(labels[:, :1], -100)
     targets = torch.cat((labels[:, 1:], ignored), dim=1)  # position t predicts token t + 1
 
@@ -157,7 +156,7 @@ class CausalLM(Task):
     def write_hf_extras(self, config, hf_config, folder) -> None:
         """Tokenizer files and a generation config with its special tokens (none for runs
         trained on synthetic tokens)."""
-        from transformers import GenerationConfig
+        from transformers import GenerationConfig  # transformers
 
         tokenizer = tokenizer_for(config)
         if tokenizer is None:

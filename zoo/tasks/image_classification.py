@@ -13,6 +13,7 @@ from core.errors import UserError
 from core.mesh import check_divides
 from core.optim import OptimConfig
 from core.task import Task
+from zoo.tasks.image_eval import evaluate
 from zoo.tasks.images import (
     MEAN,
     STD,
@@ -101,7 +102,7 @@ class ImageClassification(Task):
 
     def write_hf_extras(self, config, hf_config, folder) -> None:
         """preprocessor_config.json with the resize and normalisation used in training."""
-        from transformers import ViTImageProcessor
+        from transformers import ViTImageProcessor  # transformers
 
         size = config.model.image_size
         ViTImageProcessor(
@@ -109,8 +110,6 @@ class ImageClassification(Task):
         ).save_pretrained(folder)
 
     def evaluate(self, checkpoint, folder, options: dict) -> tuple[list[tuple], dict]:
-        from zoo.tasks.image_eval import evaluate
-
         return evaluate(checkpoint, folder, options)
 
     def after_step(self, engine, step: int) -> dict | None:

@@ -7,15 +7,15 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import torch
+from tqdm import tqdm
+
 from core.errors import UserError
+from zoo.tasks.images import ImageDataConfig, load_splits, to_pixels
 
 
 def evaluate(checkpoint: Path, folder: Path, options: dict) -> tuple[list[tuple], dict]:
-    import torch
-    from tqdm import tqdm
-    from transformers import AutoModelForImageClassification
-
-    from zoo.tasks.images import ImageDataConfig, load_splits, to_pixels
+    from transformers import AutoModelForImageClassification  # transformers
 
     if options.get("device", "cpu") != "cpu":
         raise UserError("image classifiers are evaluated on the host CPU; use --device cpu")

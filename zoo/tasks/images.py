@@ -21,6 +21,7 @@ import torch
 from core.data import EpochOrder, check_seed, host_rows
 from core.errors import UserError
 from core.inputs import host_batch_size
+from zoo.tasks.patterns import default_image_folder
 
 MEAN = STD = 0.5
 
@@ -47,11 +48,9 @@ def load_splits(config: ImageDataConfig) -> dict:
 
 @functools.cache  # resolving the config and opening the data read the same source
 def _load_splits(source: str) -> dict:
-    import datasets
+    import datasets  # datasets
 
     if source == "default":
-        from zoo.tasks.patterns import default_image_folder
-
         return datasets.load_dataset("imagefolder", data_dir=str(default_image_folder()))
     if Path(source).is_dir():
         try:
@@ -84,7 +83,7 @@ def class_names(split, config: ImageDataConfig) -> list[str]:
 
 def to_pixels(images, size: int) -> torch.Tensor:
     """PIL images -> float tensor [N, 3, size, size], normalised like HF's ViT processor."""
-    from PIL import Image
+    from PIL import Image  # PIL
 
     arrays = [
         np.asarray(image.convert("RGB").resize((size, size), Image.Resampling.BILINEAR))

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
+import torch
 from tqdm import tqdm
 
 from core import data
@@ -269,8 +270,6 @@ class TokenBatches:
     # ---- batches
     def batch(self, index: int) -> dict:
         """Global batch number `index` -> this host's rows, as LongTensors [local, seq_len]."""
-        import torch
-
         if index < 0:
             raise ValueError(f"batch index must be >= 0, got {index}")
         within = host_rows(self.process_index, self.local_batch_size)
@@ -281,8 +280,6 @@ class TokenBatches:
 
     def validation_batches(self) -> Iterator[dict]:
         """This host's share of the held-out rows, a global batch at a time."""
-        import torch
-
         within = host_rows(self.process_index, self.local_batch_size)
         for first in range(0, self.held_out, self.global_batch_size):
             position = first + within
@@ -297,8 +294,6 @@ class TokenBatches:
 
     def _rows(self, picked: np.ndarray) -> dict:
         """Rows `picked` of the stream (-1: a row of padding) as input ids and labels."""
-        import torch
-
         tokens = self.corpus.tokens
         offsets = picked[:, None] * self.seq_len + np.arange(self.seq_len)
         padding = (offsets >= len(tokens)) | (picked[:, None] < 0)  # the stream's end

@@ -50,7 +50,7 @@ def default_image_folder() -> Path:
 
 
 def draw(label: str, rng: random.Random):
-    from PIL import Image, ImageDraw
+    from PIL import Image, ImageDraw  # PIL
 
     background = tuple(rng.randrange(0, 100) for _ in range(3))  # dark
     ink = tuple(rng.randrange(156, 256) for _ in range(3))  # light: always visible

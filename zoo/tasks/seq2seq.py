@@ -207,7 +207,7 @@ class Seq2Seq(Task):
     def write_hf_extras(self, config, hf_config, folder) -> None:
         """Tokenizer files, and a generation config that starts decoding from pad, as T5
         does."""
-        from transformers import GenerationConfig
+        from transformers import GenerationConfig  # transformers
 
         tokenizer = tokenizer_for(config)
         if tokenizer is None:

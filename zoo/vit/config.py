@@ -49,7 +49,7 @@ class ViTConfig:
 
     def to_hf(self):
         """The equivalent `transformers.ViTConfig` (for export and parity tests)."""
-        from transformers import ViTConfig as HFViTConfig
+        from transformers import ViTConfig as HFViTConfig  # transformers
 
         names = self.labels or [f"LABEL_{i}" for i in range(self.num_labels)]
         return HFViTConfig(

@@ -23,7 +23,7 @@ LEGACY_NAMES = (
 
 
 def config_from_hf(name_or_path: str) -> ViTConfig:
-    from transformers import ViTConfig as HFViTConfig
+    from transformers import ViTConfig as HFViTConfig  # transformers
 
     return ViTConfig.from_hf(HFViTConfig.from_dict(read_config(name_or_path)))
 

@@ -12,14 +12,20 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from core.backends.contract import Batch, RematPreset, Result, StepArgs, StepDone
+from core.backends.xla.cpu_peak import remembered_cpu_peak
+from core.backends.xla.profile import StepProfiler
+from core.backends.xla.runtime import compile_stats, sync, sync_and_wait
+from core.backends.xla.spmd import build_mesh, device_loader, shard_model
 from core.errors import UserError
+from core.mesh import axis_sizes
+from core.out_of_memory import parse_out_of_memory
+from core.precision import compute_in
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from torch.distributed.checkpoint.planner import LoadPlanner, SavePlanner
 
-    from core.backends.xla.profile import StepProfiler
     from core.mesh import MeshConfig
     from core.profile import ProfileConfig
     from core.sharding import ParamPlan, ShardingRules
@@ -32,17 +38,17 @@ class XlaBackend:
     one_console = False  # each host logs to its own console
 
     def device_count(self) -> int:
-        import torch_xla.runtime as xr
+        import torch_xla.runtime as xr  # torch_xla
 
         return xr.global_runtime_device_count()
 
     def process_index(self) -> int:
-        import torch_xla.runtime as xr
+        import torch_xla.runtime as xr  # torch_xla
 
         return xr.process_index()
 
     def process_count(self) -> int:
-        import torch_xla.runtime as xr
+        import torch_xla.runtime as xr  # torch_xla
 
         return xr.process_count()
 
@@ -53,10 +59,7 @@ class XlaBackend:
                 bf16: bool) -> tuple[torch.nn.Module, list[ParamPlan], object, dict[str, int]]:
         """(model on the XLA device, each parameter marked with its preset's sharding, the
         parameter plan, the SPMD mesh, its axis sizes)."""
-        import torch_xla
-
-        from core.backends.xla.spmd import build_mesh, shard_model
-        from core.mesh import axis_sizes
+        import torch_xla  # torch_xla
 
         mesh = build_mesh(mesh_config)
         model = model.to(torch_xla.device())
@@ -71,53 +74,41 @@ class XlaBackend:
 
     def sync(self) -> None:
         """Cut the graph traced so far and run it (one graph per evaluation batch)."""
-        from core.backends.xla.runtime import sync
-
         sync()
 
     def total(self, value: torch.Tensor) -> torch.Tensor:
         return value  # SPMD tensors are global: their sums are already every host's
 
     def profiler(self, config: ProfileConfig, run_dir: Path) -> StepProfiler:
-        from core.backends.xla.profile import StepProfiler
-
         return StepProfiler(config, run_dir)
 
     def loader(self, host_batches: Iterable[Batch], mesh: object,
                example: Batch) -> Iterator[Batch]:
-        from core.backends.xla.spmd import device_loader
-
         return device_loader(host_batches, mesh, example)
 
     def autocast(self, model: torch.nn.Module, bf16: bool) -> AbstractContextManager[object]:
-        from core.precision import compute_in
-
         return compute_in(model, torch.bfloat16 if bf16 else torch.float32)
 
     def gradient_accumulation(
             self, one_micro_batch: Callable[..., torch.Tensor | tuple[torch.Tensor, ...]],
             micro: Sequence[torch.Tensor], model: torch.nn.Module,
             *carries: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, ...]:
-        from torch_xla.experimental.gradient_accumulation import gradient_accumulation
+        from torch_xla.experimental.gradient_accumulation import gradient_accumulation  # torch_xla
 
         return gradient_accumulation(one_micro_batch, micro, model, *carries)
 
     def after_step(self, done: StepDone, args: StepArgs) -> None:
         """Run the traced step; `done(*args)` reads its values once the graph has run."""
-        import torch_xla.core.xla_model as xm
+        import torch_xla.core.xla_model as xm  # torch_xla
 
         xm.add_step_closure(done, args=args)
         _sync_step()
 
     def compile_stats(self) -> tuple[int, float]:
-        from core.backends.xla.runtime import compile_stats
-
         return compile_stats()
 
     def peak_flops(self, dtype_name: str, devices: int) -> tuple[float, str]:
         """This host's matmul peak through XLA, remembered for a day (cpu_peak.py here)."""
-        from core.backends.xla.cpu_peak import remembered_cpu_peak
-
         peak, measured_at = remembered_cpu_peak(dtype_name, devices)
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(measured_at))
         return peak, (f"this host's {dtype_name} matmul peak {peak / 1e9:.0f} GFLOP/s, "
@@ -126,19 +117,17 @@ class XlaBackend:
     # -- what a checkpoint needs -------------------------------------------------------------
     def materialize(self) -> None:
         """Run pending lazy computations and wait for them: tensors can be read after."""
-        from core.backends.xla.runtime import sync_and_wait
-
         sync_and_wait()
 
     def rng_state(self) -> dict[str, Any]:
         # Every sync advances torch_xla's RNG seed: read right after `materialize`, a resumed
         # run then draws exactly what the saving run draws next.
-        import torch_xla.core.xla_model as xm
+        import torch_xla.core.xla_model as xm  # torch_xla
 
         return {"torch": torch.get_rng_state(), "xla": xm.get_rng_state()}
 
     def set_rng_state(self, state: dict[str, Any]) -> None:
-        import torch_xla.core.xla_model as xm
+        import torch_xla.core.xla_model as xm  # torch_xla
 
         self.materialize()
         torch.set_rng_state(state["torch"])
@@ -148,6 +137,7 @@ class XlaBackend:
     def host_copy(self, state: dict[str, torch.Tensor]) -> dict[str, Any]:
         """A copy of the state in host memory: each XLA tensor's local shards (no gather), CPU
         tensors cloned. What a background write reads while training changes the originals."""
+        # torch_xla
         from torch_xla.experimental.distributed_checkpoint._helpers import (
             _sharded_cpu_state_dict,
         )
@@ -158,12 +148,12 @@ class XlaBackend:
         return {k: copied[k] if k in copied else v.detach().clone() for k, v in state.items()}
 
     def save_planner(self) -> SavePlanner:
-        from torch_xla.experimental.distributed_checkpoint import SPMDSavePlanner
+        from torch_xla.experimental.distributed_checkpoint import SPMDSavePlanner  # torch_xla
 
         return SPMDSavePlanner()
 
     def load_planner(self) -> LoadPlanner:
-        from torch_xla.experimental.distributed_checkpoint import SPMDLoadPlanner
+        from torch_xla.experimental.distributed_checkpoint import SPMDLoadPlanner  # torch_xla
 
         return SPMDLoadPlanner()
 
@@ -174,7 +164,7 @@ def _first_replicas(value: Any) -> Any:
     one device of the job. torch_xla's save planner dedups a chunk that one process offers
     twice by dropping every copy: with mesh.data=2 on one host, each sharded weight and
     its optimizer moments were missing from the checkpoint."""
-    from torch_xla.experimental.distributed_checkpoint._helpers import _CpuShards
+    from torch_xla.experimental.distributed_checkpoint._helpers import _CpuShards  # torch_xla
 
     if not isinstance(value, _CpuShards):
         return value
@@ -184,13 +174,11 @@ def _first_replicas(value: Any) -> Any:
 def _sync_step() -> None:
     """Run the step's graph. The first one is compiled here: a step the TPU compiler
     refuses for memory stops the run in one line, before anything is saved."""
-    import torch_xla
+    import torch_xla  # torch_xla
 
     try:
         torch_xla.sync()
     except RuntimeError as error:
-        from core.out_of_memory import parse_out_of_memory
-
         refusal = parse_out_of_memory(str(error), 0.0)
         if refusal is None:
             raise

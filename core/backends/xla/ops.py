@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import math
 
+from core.mesh import BATCH_AXES
+
 
 def scan(fn, init, xs, partition_fn):
     """torch_xla's scan with its trace cache on (`fn` is pure and kept by the caller)."""
-    from torch_xla.experimental.scan import scan as xla_scan
+    from torch_xla.experimental.scan import scan as xla_scan  # torch_xla
 
     return xla_scan(fn, init, xs, partition_fn=partition_fn, is_fn_pure=True)
 
@@ -17,23 +19,21 @@ def scan(fn, init, xs, partition_fn):
 def checkpoint(forward, *args, **kwargs):
     """torch_xla's activation checkpoint: an optimization barrier keeps XLA from CSE-ing
     the recompute away."""
-    from torch_xla.utils.checkpoint import checkpoint as xla_checkpoint
+    from torch_xla.utils.checkpoint import checkpoint as xla_checkpoint  # torch_xla
 
     return xla_checkpoint(forward, *args, **kwargs)
 
 
 def register_offload_ops() -> None:
     """torch.ops.xla.place_to_host / place_to_device (TPU memory-space annotations)."""
-    import torch_xla.experimental.stablehlo_custom_call  # noqa: F401
+    import torch_xla.experimental.stablehlo_custom_call  # noqa: F401 (torch_xla)
 
 
 def flash_attention(q, k, v):
     """torch_xla's Pallas flash attention (TPU only), causal, sharded like the activations:
     batch over the batch axes, heads over tensor, when an SPMD mesh is set."""
-    import torch_xla.distributed.spmd as xs
-    from torch_xla.experimental.custom_kernel import flash_attention as pallas_flash
-
-    from core.mesh import BATCH_AXES
+    import torch_xla.distributed.spmd as xs  # torch_xla
+    from torch_xla.experimental.custom_kernel import flash_attention as pallas_flash  # torch_xla
 
     mesh = xs.get_global_mesh()
     spec = (BATCH_AXES, "tensor", None, None) if mesh is not None else None

@@ -21,6 +21,8 @@ import json
 import math
 import re
 
+import torch
+
 FORWARD_COMPATIBLE_IR_VERSION = 7  # jax 0.7.1's Mosaic format for older readers
 # matmuls per score element: the forward's QK^T and PV; dq recomputes QK^T and dO V^T and
 # forms dS K; dkv recomputes both and forms P^T dO and dS^T Q
@@ -64,10 +66,9 @@ def _cost_estimate(kernel, jax_args: list, declared: dict | None) -> dict | None
 def _trace_pallas_for_tpu(kernel, *args, static_argnums=None, static_argnames=None,
                           use_cache=False, **kwargs):
     """Drop-in for `custom_kernel.trace_pallas` that lowers for the 'tpu' platform."""
-    import jax
-    import jax._src.pallas.mosaic.pallas_call_registration  # noqa: F401 (Mosaic lowering)
-    import torch
-    from torch_xla.experimental import custom_kernel
+    import jax  # jax
+    import jax._src.pallas.mosaic.pallas_call_registration  # noqa: F401 (jax: Mosaic lowering)
+    from torch_xla.experimental import custom_kernel  # torch_xla
 
     jax_args = [custom_kernel.to_jax_shape_dtype_struct(a) if torch.is_tensor(a) else a
                 for a in args]
@@ -96,8 +97,8 @@ def _trace_pallas_for_tpu(kernel, *args, static_argnums=None, static_argnames=No
 def pallas_lowering_for_tpu(platform_version: str):
     """Within the block, Pallas kernels lower for TPU in the Mosaic version of the libtpu
     whose compile-only client reports `platform_version`."""
-    from jax._src import tpu_custom_call
-    from torch_xla.experimental import custom_kernel
+    from jax._src import tpu_custom_call  # jax
+    from torch_xla.experimental import custom_kernel  # torch_xla
 
     saved = (custom_kernel.trace_pallas, tpu_custom_call.is_cloud_tpu_older_than,
              tpu_custom_call.get_ir_version)

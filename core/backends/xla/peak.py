@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import torch
 
 from core.flops import PeakMeasurement
@@ -20,10 +21,9 @@ def calibrate_cpu_peak(dtype_name: str = "float32", size: int = 2048, windows: i
     One untimed window first lets thread pools spin up and clocks settle; then `windows` windows
     of `seconds` each. Under SPMD the rows are split over all devices, so the whole runtime
     shares the work (a replicated matmul would do it once per virtual device)."""
-    import numpy as np
-    import torch_xla
-    import torch_xla.distributed.spmd as xs
-    import torch_xla.runtime as xr
+    import torch_xla  # torch_xla
+    import torch_xla.distributed.spmd as xs  # torch_xla
+    import torch_xla.runtime as xr  # torch_xla
 
     dtype, device = getattr(torch, dtype_name), torch_xla.device()
     a = torch.randn(size, size, dtype=dtype).to(device)
@@ -39,8 +39,8 @@ def calibrate_cpu_peak(dtype_name: str = "float32", size: int = 2048, windows: i
 
 def _chains_per_second(a, b, chain: int, seconds: float) -> float:
     """Back-to-back synchronous runs of a @ b @ ... @ b for about `seconds`."""
-    import torch_xla
-    import torch_xla.core.xla_model as xm
+    import torch_xla  # torch_xla
+    import torch_xla.core.xla_model as xm  # torch_xla
 
     runs, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:

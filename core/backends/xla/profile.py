@@ -13,15 +13,15 @@ from core.profile import ProfileConfig
 
 
 def start_trace(folder: str) -> None:
-    import torch_xla.debug.profiler as xp
+    import torch_xla.debug.profiler as xp  # torch_xla
 
     xp.start_trace(folder)
 
 
 def stop_trace() -> None:
     """Once the devices have finished what was dispatched."""
-    import torch_xla.core.xla_model as xm
-    import torch_xla.debug.profiler as xp
+    import torch_xla.core.xla_model as xm  # torch_xla
+    import torch_xla.debug.profiler as xp  # torch_xla
 
     xm.wait_device_ops()
     xp.stop_trace()
@@ -53,7 +53,7 @@ class StepProfiler:
     def region(self, name: str):
         if not self.active:
             return contextlib.nullcontext()
-        import torch_xla
+        import torch_xla  # torch_xla
 
         # A host trace event only: xp.Trace also opens an IR scope, in which a sync (the
         # loader's, the step's, a save's) is an error.

@@ -11,7 +11,7 @@ from core.runtime import configure, tpu_type, version
 
 def installed() -> bool:
     try:
-        import torch_xla  # noqa: F401
+        import torch_xla  # noqa: F401 (torch_xla)
     except ImportError:
         return False
     return True
@@ -21,7 +21,7 @@ def start() -> None:
     """PJRT's device chosen (core/runtime.configure) and SPMD mode on: before any XLA
     tensor exists."""
     configure()
-    import torch_xla.runtime as xr
+    import torch_xla.runtime as xr  # torch_xla
 
     xr.use_spmd()
 
@@ -42,7 +42,7 @@ class RuntimeInfo:
 def detect() -> RuntimeInfo:
     """Initialise the XLA runtime (SPMD mode) and report what it sees."""
     start()
-    import torch_xla.runtime as xr
+    import torch_xla.runtime as xr  # torch_xla
 
     return RuntimeInfo(
         torch=version("torch"),
@@ -60,7 +60,7 @@ def detect() -> RuntimeInfo:
 def compile_stats() -> tuple[int, float]:
     """XLA compilations so far in this process and their total seconds (torch_xla's
     CompileTime metric)."""
-    import torch_xla.debug.metrics as met
+    import torch_xla.debug.metrics as met  # torch_xla
 
     data = met.metric_data("CompileTime")
     return (int(data[0]), data[1] / 1e9) if data else (0, 0.0)
@@ -69,31 +69,31 @@ def compile_stats() -> tuple[int, float]:
 def hosts_rendezvous() -> str | None:
     """How torch_xla's processes of a multi-host slice meet as a process group (`xla://`,
     registered here), or None on one host."""
-    import torch_xla.runtime as xr
+    import torch_xla.runtime as xr  # torch_xla
 
     if xr.process_count() == 1:
         return None
-    import torch_xla.distributed.xla_backend  # noqa: F401  (registers xla://)
+    import torch_xla.distributed.xla_backend  # noqa: F401 (torch_xla: registers xla://)
 
     return "xla://"
 
 
 def device():
-    import torch_xla
+    import torch_xla  # torch_xla
 
     return torch_xla.device()
 
 
 def sync() -> None:
     """Cut the graph traced so far and dispatch it."""
-    import torch_xla
+    import torch_xla  # torch_xla
 
     torch_xla.sync()
 
 
 def peak_memory() -> int | None:
     """Peak device memory where the runtime reports it (TPU); None on the CPU backend."""
-    import torch_xla.core.xla_model as xm
+    import torch_xla.core.xla_model as xm  # torch_xla
 
     try:
         info = xm.get_memory_info()
@@ -104,8 +104,8 @@ def peak_memory() -> int | None:
 
 def sync_and_wait() -> None:
     """Run what is traced so far and wait for the devices to finish it."""
-    import torch_xla
-    import torch_xla.core.xla_model as xm
+    import torch_xla  # torch_xla
+    import torch_xla.core.xla_model as xm  # torch_xla
 
     torch_xla.sync()
     xm.wait_device_ops()

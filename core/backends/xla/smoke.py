@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 import time
 
+import torch
+
 from core.mesh import MeshConfig, axis_sizes
 
 
@@ -28,10 +30,9 @@ class SmokeResult:
 
 def sharded_matmul(mesh, rows_per_device: int = 32, k: int = 256, n: int = 128) -> SmokeResult:
     """x[(data,fsdp), -] @ w[-, tensor]; the partitioner must all-gather nothing and split y."""
-    import torch
-    import torch_xla
-    import torch_xla.distributed.spmd as xs
-    from torch_xla.distributed.spmd.xla_sharding import wrap_as_sharded_tensor
+    import torch_xla  # torch_xla
+    import torch_xla.distributed.spmd as xs  # torch_xla
+    from torch_xla.distributed.spmd.xla_sharding import wrap_as_sharded_tensor  # torch_xla
 
     devices = int(mesh.size())
     generator = torch.Generator().manual_seed(0)

@@ -22,8 +22,8 @@ from core.sharding import (
 
 def build_mesh(config: MeshConfig):
     """An `xs.Mesh` over every device of the runtime (HybridMesh on TPU for topology order)."""
-    import torch_xla.distributed.spmd as xs
-    import torch_xla.runtime as xr
+    import torch_xla.distributed.spmd as xs  # torch_xla
+    import torch_xla.runtime as xr  # torch_xla
 
     num_devices = xr.global_runtime_device_count()
     sizes = resolve_axis_sizes(config, num_devices)
@@ -48,7 +48,7 @@ def shard_model(model, rules: ShardingRules, mesh) -> list[ParamPlan]:
     The model must already be on the XLA device. Activation specs are applied with
     `mark_sharding_with_gradients`, so the backward pass gets the same layout.
     """
-    import torch_xla.distributed.spmd as xs
+    import torch_xla.distributed.spmd as xs  # torch_xla
 
     plan = plan_params(model, rules, axis_sizes(mesh))
     params = dict(model.named_parameters())
@@ -68,7 +68,7 @@ def shard_activations(model, rules: ShardingRules, mesh) -> None:
 
 
 def _output_sharder(name: str, rule: Rule, mesh, mesh_axes):
-    import torch_xla.distributed.spmd as xs
+    import torch_xla.distributed.spmd as xs  # torch_xla
 
     def hook(module, inputs, output):
         first = output[0] if isinstance(output, tuple) else output
@@ -87,8 +87,8 @@ def _output_sharder(name: str, rule: Rule, mesh, mesh_axes):
 
 def batch_shardings(mesh, example: dict) -> dict:
     """Per-key `ShardingSpec`s for `MpDeviceLoader(input_sharding=...)`."""
-    import torch_xla.distributed.spmd as xs
-    import torch_xla.runtime as xr
+    import torch_xla.distributed.spmd as xs  # torch_xla
+    import torch_xla.runtime as xr  # torch_xla
 
     return {
         key: xs.ShardingSpec(
@@ -104,8 +104,8 @@ def device_loader(loader, mesh, example: dict):
     torch_xla 2.9 cannot send 1-D tensors with an input sharding (IndexError in
     `_xla_tensors_from_aten`), so per-example vectors (labels, masks) travel as [B, 1] and
     are squeezed back on the device."""
-    import torch_xla
-    import torch_xla.distributed.parallel_loader as pl
+    import torch_xla  # torch_xla
+    import torch_xla.distributed.parallel_loader as pl  # torch_xla
 
     vectors = {key for key, value in example.items() if value.dim() == 1}
     columns = ({k: v[:, None] if k in vectors else v for k, v in b.items()} for b in loader)
@@ -119,8 +119,8 @@ def device_loader(loader, mesh, example: dict):
 
 def shard_batch(batch: dict, mesh) -> dict:
     """Move a (single-host) batch of tensors to the device, split as the loader splits it."""
-    import torch_xla
-    import torch_xla.distributed.spmd as xs
+    import torch_xla  # torch_xla
+    import torch_xla.distributed.spmd as xs  # torch_xla
 
     out = {}
     for key, value in batch.items():
@@ -133,7 +133,7 @@ def shard_batch(batch: dict, mesh) -> dict:
 def sharded_zeros(param, dtype) -> torch.Tensor:
     """Zeros shaped like an XLA `param`, on its device with its sharding, made on the host
     and transferred (no graph compiles)."""
-    import torch_xla
+    import torch_xla  # torch_xla
 
     zeros = torch.zeros(param.shape, dtype=dtype).to(param.device)
     sharding = torch_xla._XLAC._get_xla_op_sharding(param)

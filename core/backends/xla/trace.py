@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import re
 
 import torch
@@ -29,8 +30,8 @@ class Placeholders:
     copies: dict[int, int] = dataclasses.field(default_factory=dict)
 
     def make(self, shape, dtype, spec: Spec | None = None) -> torch.Tensor:
-        import torch_xla
-        from torch_xla.core.xla_builder import create_placeholder_tensor
+        import torch_xla  # torch_xla
+        from torch_xla.core.xla_builder import create_placeholder_tensor  # torch_xla
 
         tensor = create_placeholder_tensor(tuple(shape), dtype)
         self.specs[torch_xla._XLAC._xla_get_tensor_id(tensor)] = spec or (None,) * len(shape)
@@ -38,7 +39,7 @@ class Placeholders:
         return tensor
 
     def spec_of(self, tensor: torch.Tensor) -> Spec | None:
-        import torch_xla
+        import torch_xla  # torch_xla
 
         return self.specs.get(torch_xla._XLAC._xla_get_tensor_id(tensor))
 
@@ -49,7 +50,7 @@ def follow_hoisted_placeholders(holders: Placeholders):
     reads (weights in the backward, among others) into its loop as a new tensor over the
     same data, under a new id. Give each such copy of a placeholder the placeholder's
     sharding; unfollowed, they reach the compiler replicated."""
-    import torch_xla
+    import torch_xla  # torch_xla
 
     context = torch_xla._XLAC.lowering.LoweringContext
     original = context.device_parameter_id_tensor_mapping
@@ -124,7 +125,7 @@ def state_tensors(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> l
 
 
 def tensor_ids(tensors: list[torch.Tensor]) -> list[int]:
-    import torch_xla
+    import torch_xla  # torch_xla
 
     return [torch_xla._XLAC._xla_get_tensor_id(t) for t in tensors]
 
@@ -139,7 +140,7 @@ def sharded_hlo_text(outputs: list[torch.Tensor], updated: list[torch.Tensor],
     Also the bytes of entry parameters that are not placeholders (nor their copies, see
     `follow_hoisted_placeholders`): device data the step made itself, such as constants,
     which reach the compiler unsharded."""
-    import torch_xla
+    import torch_xla  # torch_xla
 
     everything = [*outputs, *updated]
     text = torch_xla._XLAC._get_xla_tensors_hlo(everything)
@@ -203,10 +204,8 @@ def _alias_outputs(text: str, aliases: dict[int, int]) -> str:
 def hlo_sharding_text(mesh, spec: Spec) -> str:
     """The HLO sharding (e.g. `{devices=[4,1]0,1,2,3}`) torch_xla gives `spec` on `mesh`,
     read off a tiny tensor with one element per shard."""
-    import math
-
-    import torch_xla
-    import torch_xla.distributed.spmd as xs
+    import torch_xla  # torch_xla
+    import torch_xla.distributed.spmd as xs  # torch_xla
 
     if all(dim is None for dim in spec):
         return "{replicated}"
