@@ -9,6 +9,7 @@ forces an extra execution or breaks the graph.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -146,31 +147,30 @@ def wandb_run_id(id_file: Path) -> str:
 
 def start_wandb(config: WandbConfig, run_dir: Path, run_config: dict):
     """The run's one W&B run: its id is kept in the run folder, so a restart (after
-    preemption) and `zoo eval` continue it instead of starting new ones."""
-    if not config.project or config.mode == "disabled":
+    preemption) and `zoo eval` continue it instead of starting new ones. A logger never
+    stops a run: W&B that cannot start online logs offline, and one that cannot start at
+    all is a warning (metrics.jsonl and TensorBoard still have every step)."""
+    mode = config.mode
+    if mode == "auto":  # the user's own WANDB_MODE wins; else online when a key is set
+        mode = os.environ.get("WANDB_MODE") or (
+            "online" if os.environ.get("WANDB_API_KEY") else "offline")
+    if not config.project or mode == "disabled":
         return None
     import wandb  # wandb
 
     identity = {"id": wandb_run_id(RunFolder(Path(run_dir)).wandb_id), "resume": "allow"}
-
-    mode = config.mode
-    if mode == "auto":
-        mode = "online" if os.environ.get("WANDB_API_KEY") else "offline"
-
-    def init(mode: str):
-        return wandb.init(
-            project=config.project,
-            name=config.run_name,
-            dir=str(run_dir),
-            config=run_config,
-            mode=mode,
-            settings=wandb.Settings(init_timeout=30, silent=True),
-            **identity,
-        )
-
-    try:
-        return init(mode)
-    except Exception:  # no network or a bad key: keep the run, log offline instead
-        if mode == "offline":
-            raise
-        return init("offline")
+    failure = None
+    for attempt in dict.fromkeys((mode, "offline")):  # no network or a bad key: offline
+        try:
+            return wandb.init(project=config.project, name=config.run_name, dir=str(run_dir),
+                              config=run_config, mode=attempt,
+                              settings=wandb.Settings(init_timeout=30, silent=True),
+                              **identity)
+        except Exception as error:  # wandb raises its own kinds, and network errors
+            failure = error
+            with contextlib.suppress(Exception):  # a half-started run holds the run's id
+                wandb.finish()
+    print(f"warning: W&B logging is off for this run ({type(failure).__name__}: "
+          f"{str(failure).splitlines()[0] if str(failure) else 'no message'}); every step is "
+          f"still in {RunFolder(Path(run_dir)).metrics} and TensorBoard", file=sys.stderr)
+    return None

@@ -75,13 +75,16 @@ def evaluate(checkpoint: str, tasks: str | None, *, num_fewshot: int | None = No
     target = Path(out) if out else (home.local if home else folder)
     target.mkdir(parents=True, exist_ok=True)
     record = {"checkpoint": str(path), "model_folder": str(folder), "device": device, **record}
-    results_file = target / RESULTS_FILE
+    # the default place is shared by every eval of this model: a partial score (--limit) is
+    # written beside the full one, never over it
+    name = RESULTS_FILE if out or limit is None else f"eval_results-limit{limit}.json"
+    results_file = target / name
     results_file.write_text(json.dumps(record, indent=1, default=str))
     if home:
         _log_wandb(path, run.config.wandb, home, rows)
         if not out:
-            home.push(RESULTS_FILE)
-            return rows, home.path(RESULTS_FILE)
+            home.push(name)
+            return rows, home.path(name)
     return rows, str(results_file)
 
 

@@ -40,8 +40,9 @@ def test_a_run_in_a_bucket_continues_after_its_vm_is_recreated(tmp_path, monkeyp
     shutil.rmtree(disk)  # eval on yet another VM: exports into its own copy, then the bucket
     scored = zoo("eval", out, "--tasks", "arc_easy_sample", "--limit", "4")
     assert scored.returncode == 0, scored.stderr[-3000:]
-    assert f"wrote {out}/eval_results.json" in scored.stdout
-    assert json.loads((run / "eval_results.json").read_text())["checkpoint"] == out
+    # a partial score (--limit) goes beside the run's full one, never over it
+    assert f"wrote {out}/eval_results-limit4.json" in scored.stdout
+    assert json.loads((run / "eval_results-limit4.json").read_text())["checkpoint"] == out
     assert (run / "hf" / "step-00000009" / "model.safetensors").is_file()
 
 
