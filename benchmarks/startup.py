@@ -103,7 +103,9 @@ def main(against: str | None, rounds: int, out: Path | None) -> None:
     trees = {commit_of(here): (here, "tools.cli")}
     if against:
         folder, _, entry = against.partition(":")
-        trees[commit_of(Path(folder))] = (Path(folder).resolve(), entry or "tools.cli")
+        label = commit_of(Path(folder))
+        label = f"{label} (other)" if label in trees else label  # the same commit twice
+        trees[label] = (Path(folder).resolve(), entry or "tools.cli")
     rows = measure(trees, rounds)
     text = markdown(rows, list(trees), rounds)
     if out:

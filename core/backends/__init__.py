@@ -36,7 +36,6 @@ def get(name: str) -> Backend:
             raise UserError("the xla backend needs torch_xla, which is not installed: "
                             "./setup_vm.sh (or pip install 'zoo[xla]'), or run with --backend "
                             "dtensor")
-
         return XlaBackend()
     if name == "dtensor":
         from core.backends.dtensor import DTensorBackend  # start-up
