@@ -50,6 +50,7 @@ import contextlib
 import copy
 import io
 import json
+import os
 import sys
 import uuid
 import warnings
@@ -380,13 +381,15 @@ def check_writable(location) -> None:
 
     def probe() -> None:  # opening a bucket's filesystem looks for credentials: in here too
         store = Store(location)
-        made = _outermost_missing(store)
+        made = _missing_folders(store)
         name = f".write-probe-{uuid.uuid4().hex}"
-        store.write_text(name, "zoo checks it can write checkpoints here\n")
-        if made:  # leave nothing behind
-            made.remove()
-        else:
+        try:
+            store.write_text(name, "zoo checks it can write checkpoints here\n")
+        finally:  # leave nothing behind, and remove only what this probe made
             store.remove(name)
+            for folder in made:  # innermost first; one another start also uses stays
+                with contextlib.suppress(OSError):
+                    os.rmdir(folder)
 
     try:
         answered(probe)
@@ -395,15 +398,16 @@ def check_writable(location) -> None:
                               f"{reason(error)}") from None
 
 
-def _outermost_missing(store: Store) -> Store | None:
-    """The outermost folder that writing into `store` creates on a disk (None if `store`
-    exists; buckets have no folders to leave behind but `store` itself)."""
-    if store.exists():
-        return None
-    on_disk = "file" in store.fs.protocol  # a path, or a file:// URL
-    while on_disk and store.parent.root != store.root and not store.parent.exists():
+def _missing_folders(store: Store) -> list[str]:
+    """The local folders that writing into `store` creates, innermost first (none for a
+    bucket, which has no folders to leave behind)."""
+    if "file" not in store.fs.protocol or store.exists():
+        return []
+    missing = []
+    while store.parent.root != store.root and not store.exists():
+        missing.append(store.path())
         store = store.parent
-    return store
+    return missing
 
 
 def _remove_checkpoint(folder: Store) -> None:
@@ -512,28 +516,27 @@ def _split_optimizer(optimizer, names: dict[int, str]):
 
 def _check_model(path: Store, model_state: dict, saved: dict) -> None:
     """One-line error naming the first parameter/buffer that does not fit."""
-    saved_shapes = {
-        k[len("model.") :]: list(md.size)
-        for k, md in saved.items()
-        if k.startswith("model.") and hasattr(md, "size")
-    }
-    for name, tensor in model_state.items():
-        if name not in saved_shapes:
-            raise CheckpointError(
-                f"checkpoint {path} does not fit the model: '{name}' is in the model but not "
-                "in the checkpoint"
-            )
-        if saved_shapes[name] != list(tensor.shape):
-            raise CheckpointError(
-                f"checkpoint {path} does not fit the model: '{name}' has shape "
-                f"{saved_shapes[name]} in the checkpoint but {list(tensor.shape)} in the model"
-            )
-    extra = [name for name in saved_shapes if name not in model_state]
-    if extra:
-        raise CheckpointError(
-            f"checkpoint {path} does not fit the model: '{extra[0]}' is in the checkpoint but "
-            "not in the model"
-        )
+    saved_shapes = {k[len("model.") :]: list(md.size) for k, md in saved.items()
+                    if k.startswith("model.") and hasattr(md, "size")}
+    misfit = first_misfit({k: list(t.shape) for k, t in model_state.items()}, saved_shapes)
+    if misfit:
+        raise CheckpointError(f"checkpoint {path} does not fit the model: {misfit}")
+
+
+def first_misfit(model: dict[str, list[int]], saved: dict[str, list[int]],
+                 required: set[str] | None = None) -> str | None:
+    """The first tensor by which `saved` shapes (a checkpoint's) do not fit `model` shapes,
+    in words; None when they fit. `required`: the model's names a checkpoint must hold (by
+    default all; a tied weight may be absent)."""
+    for name in sorted(model):
+        if name not in saved:
+            if required is None or name in required:
+                return f"'{name}' is in the model but not in the checkpoint"
+        elif saved[name] != model[name]:
+            return (f"'{name}' has shape {saved[name]} in the checkpoint but {model[name]} "
+                    "in the model")
+    extra = sorted(set(saved) - set(model))
+    return f"'{extra[0]}' is in the checkpoint but not in the model" if extra else None
 
 
 def _check_groups(path: Store, optimizer, names: dict[int, str], saved_groups: list) -> None:

@@ -22,8 +22,9 @@ import threading
 import time
 
 from core.errors import UserError
+from core.json_file import json_object
 from core.store.location import Store
-from core.store.run_folder import alive
+from core.store.run_folder import RUN_ID, alive
 
 OWNER_FILE = "owner.json"
 LEASE_FILE = "lease.json"
@@ -42,6 +43,12 @@ def check_owner(location: Store, me: RunIdentity) -> None:
     owner = _read(location, OWNER_FILE)
     if owner is None or (me.run_id and owner.get("run_id") == me.run_id):
         return
+    if owner.get("out") == me.out and not me.run_id:
+        raise UserError(
+            f"checkpoint location {location} belongs to the run of {me.out}, but "
+            f"{me.out}/{RUN_ID} is missing (deleted?); if this is that run, restore it with "
+            f"`echo {owner.get('run_id')} > {me.out}/{RUN_ID}`, else use another --out"
+        )
     what = (f"a {owner.get('family')} run" if owner.get("family") != me.family
             else "another run")
     raise UserError(
@@ -117,9 +124,8 @@ def _dead_here(lease: dict, mine: dict) -> bool:
 
 def _read(location: Store, name: str) -> dict | None:
     try:
-        return json.loads(location.read_text(name))
+        text = location.read_text(name)
     except FileNotFoundError:
         return None
-    except ValueError:
-        raise UserError(f"{location}/{name} is damaged (not JSON); if no run is writing "
-                        f"{location}, remove it") from None
+    return json_object(text, f"{location}/{name}",
+                       f"if no run is writing {location}, remove it")

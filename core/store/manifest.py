@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import zlib
 
+from core.json_file import DamagedFile, json_object
 from core.store.location import Store
 
 MANIFEST = "manifest.json"
@@ -38,13 +39,15 @@ def is_committed(folder: Store) -> bool:
 def damage(folder: Store) -> str | None:
     """None if `folder` holds what its manifest lists, else what is wrong, naming the file."""
     try:
-        entries = json.loads(folder.read_text(MANIFEST))
+        entries = json_object(folder.read_text(MANIFEST), MANIFEST, "")
     except FileNotFoundError:
         return f"{MANIFEST} is missing"
-    except ValueError:
+    except DamagedFile:
         return f"{MANIFEST} is not readable"
     sizes = folder.files()
     for name, entry in entries.items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("size"), int):
+            return f"{MANIFEST} is not readable (entry {name!r})"
         if name not in sizes:
             return f"{name} is missing"
         if sizes[name] != entry["size"]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import json
 import os
 import re
@@ -27,6 +28,7 @@ import uuid
 from pathlib import Path
 
 from core.errors import UserError
+from core.json_file import DamagedFile, json_object
 
 _STEP_DIR = re.compile(r"step-(\d+)")
 # a checkpoint location outside the run folder (checkpoint_dir) keeps the run's config here
@@ -103,9 +105,26 @@ class RunFolder:
     def locked(self):
         """Hold the folder for one writer: a second run here fails at once, naming the host
         and pid that hold it; a lock left by a process that died on this host is taken over
-        with a warning."""
-        self.path.mkdir(parents=True, exist_ok=True)
+        with a warning. A disk that refuses the lock (read-only, full) is one line, and a
+        folder made here for it is removed again."""
+        made = not self.path.exists()
         mine = {"host": socket.gethostname(), "pid": os.getpid()}
+        try:
+            self._take_lock(mine)
+        except OSError as error:
+            if made:
+                with contextlib.suppress(OSError):
+                    self.path.rmdir()  # only if empty: nothing of another start's is lost
+            fix = "free space there or " if error.errno == errno.ENOSPC else ""
+            raise UserError(f"cannot write the run folder {self.path}: {error.strerror}; "
+                            f"{fix}use another --out") from None
+        try:
+            yield
+        finally:
+            if _read_lock(self.lock_file) == mine:
+                self.lock_file.unlink(missing_ok=True)
+
+    def _take_lock(self, mine: dict) -> None:
         while not _create(self.lock_file, mine):
             holder = _read_lock(self.lock_file)
             if holder is None:
@@ -113,35 +132,46 @@ class RunFolder:
             if holder.get("host") not in (None, mine["host"]) or alive(holder.get("pid")):
                 raise UserError(
                     f"{self.path} is in use by pid {holder.get('pid')} on host "
-                    f"{holder.get('host')}; wait for that run or use another --out (if that "
-                    f"process is gone, remove {self.lock_file})"
+                    f"{holder.get('host')} (lock {self.lock_file}); wait for that run or use "
+                    f"another --out (if that process is gone, remove {self.lock_file})"
                 )
-            print(f"warning: taking over {self.lock_file} from pid {holder.get('pid')}, "
-                  "which is no longer running", file=sys.stderr)
+            what = ("is damaged" if not holder else
+                    f"was left by pid {holder.get('pid')}, which is no longer running")
+            print(f"warning: taking over {self.lock_file}, which {what}", file=sys.stderr)
             self.lock_file.unlink(missing_ok=True)
-        try:
-            yield
-        finally:
-            if _read_lock(self.lock_file) == mine:
-                self.lock_file.unlink(missing_ok=True)
 
 
 def _create(path: Path, holder: dict) -> bool:
-    try:
-        descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-    except FileExistsError:
-        return False
-    with os.fdopen(descriptor, "w") as file:
-        json.dump(holder, file)
-    return True
+    """Create `path` holding `holder` unless it exists, atomically: written in a draft
+    beside it and hard-linked into place, so a second start never reads an empty lock. Its
+    folder is made again if it vanishes meanwhile (another start's write probe removing the
+    empty folder it made)."""
+    draft = path.with_name(f"{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    tries = 3
+    while True:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            draft.write_text(json.dumps(holder))
+            os.link(draft, path)
+            return True
+        except FileExistsError:
+            return False
+        except FileNotFoundError:
+            tries -= 1
+            if not tries:
+                raise
+        finally:
+            draft.unlink(missing_ok=True)
 
 
 def _read_lock(path: Path) -> dict | None:
+    """The lock's holder; {} for a damaged lock (not a JSON object: edited or cut by a
+    full disk), None when there is none."""
     try:
-        return json.loads(path.read_text())
+        return json_object(path.read_text(), str(path), "")
     except FileNotFoundError:
         return None
-    except ValueError:  # a writer killed between create and write
+    except DamagedFile:
         return {}
 
 

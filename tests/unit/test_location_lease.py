@@ -83,10 +83,13 @@ def test_the_heartbeat_keeps_the_lease_fresh(tmp_path):
         assert json.loads(location.read_text(LEASE_FILE))["heartbeat"] > first
 
 
-def test_a_damaged_lease_says_so(tmp_path):
+@pytest.mark.parametrize("name", [LEASE_FILE, OWNER_FILE])
+@pytest.mark.parametrize("text", ["{half", "[]", "3"])
+def test_a_damaged_lease_or_owner_says_so(tmp_path, name, text):
+    """Not JSON, or JSON of another shape: one line naming the file, never AttributeError."""
     location = Store(tmp_path / "ck")
-    location.write_text(LEASE_FILE, "{half")
-    with pytest.raises(UserError, match="lease.json is damaged"):
+    location.write_text(name, text)
+    with pytest.raises(UserError, match=f"{name} is damaged .*; if no run is writing"):
         with leased(location, ME, timeout_s=60):
             pass
 
