@@ -11,6 +11,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 
 from core.errors import UserError
+from core.store.checkpoint import first_misfit
 
 
 def local_dir(name_or_path: str) -> Path:
@@ -52,6 +53,19 @@ def check_architecture(name_or_path: str, expected: str) -> None:
     if found and expected not in found:
         raise UserError(f"{name_or_path} holds a {', '.join(found)} checkpoint; this model "
                         f"starts from {expected} checkpoints")
+
+
+def misfit(hf_class: str, hf_config, weights: dict[str, torch.Tensor]) -> str | None:
+    """Why transformers' `hf_class` built from `hf_config` would not load `weights` (the
+    first tensor that does not fit, in words), None when it would. The model is built on
+    the meta device: nothing is allocated."""
+    import transformers  # transformers
+
+    with torch.device("meta"):
+        model = getattr(transformers, hf_class)(hf_config)
+    return first_misfit({k: list(v.shape) for k, v in model.state_dict().items()},
+                        {k: list(v.shape) for k, v in weights.items()},
+                        required=set(dict(model.named_parameters())))
 
 
 def read_safetensors(folder: Path) -> dict[str, torch.Tensor]:

@@ -7,36 +7,62 @@ generation config into a temporary folder, and renames it into place when comple
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
+import os
 import shutil
 from pathlib import Path
 
 from safetensors.torch import save_file
 
+from core.cache import cache_home
 from core.errors import UserError
-from core.store.checkpoint import load_checkpoint
+from core.hf import misfit, read_config
 from core.store.location import Store, local_folder
 from core.store.run_folder import RunFolder, step_of
-from zoo.app.saved_run import checkpoint_of, load_run
+from core.store.run_home import RunHome
+from zoo.app.run import Run
+from zoo.app.saved_run import checkpoint_of, load_run, newest_weights, refuse_misfit
 
 MAX_SHARD_SIZE = "2GB"
 
 
-def export(checkpoint: str | Path, out: str | Path) -> Path:
+def export(checkpoint: str | Path, out: str | Path) -> Exported:
+    """Write the newest checkpoint `checkpoint` names as a Hugging Face folder `out`."""
     out = Path(local_folder(out, "zoo export OUT"))
     if out.exists():
         raise UserError(f"{out} already exists; remove it or choose another output folder")
     run, _ = load_run(checkpoint)
+    if run.family.hf_class is None:
+        raise UserError(f"{run.family.name} declares no Hugging Face class to export to")
+    folder, weights = newest_weights(checkpoint)
+    _write(run, weights, out, folder)
+    return Exported(folder, out)
+
+
+@dataclasses.dataclass(frozen=True)
+class Exported:
+    checkpoint: str  # the checkpoint folder read (step-N)
+    folder: Path  # the Hugging Face folder written
+
+    @property
+    def step(self) -> int:
+        return step_of(Store(self.checkpoint).name)
+
+
+def _write(run: Run, weights: dict, out: Path, checkpoint: str) -> None:
+    """The export, written beside `out` and renamed into place once complete; refused first
+    when the run's config and the weights disagree (a config edited after training), so no
+    folder that would not load is ever made."""
     family, cfg = run.family, run.config
-    if family.hf_class is None:
-        raise UserError(f"{family.name} declares no Hugging Face class to export to")
-    weights = load_checkpoint(checkpoint_of(checkpoint))
+    hf_config = family.hf_config(cfg.model)
+    hf_config.architectures = [family.hf_class]
+    refuse_misfit(checkpoint, misfit(family.hf_class, hf_config, weights))
     tmp = out.with_name(out.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        hf_config = family.hf_config(cfg.model)
-        hf_config.architectures = [family.hf_class]
         family.task.write_hf_extras(cfg, hf_config, tmp)
         hf_config.save_pretrained(tmp)
         _write_weights(weights, tmp)
@@ -44,7 +70,6 @@ def export(checkpoint: str | Path, out: str | Path) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     tmp.rename(out)
-    return out
 
 
 def _write_weights(weights: dict, folder: Path) -> None:
@@ -73,19 +98,34 @@ def _complete(folder: Path) -> bool:
 
 def cached_export(checkpoint: str | Path) -> Path:
     """Export a run's checkpoint once into RUN/hf/step-N and reuse it on later calls (a run
-    in a bucket: in its local copy, and the export pushed to the bucket)."""
-    folder = checkpoint_of(checkpoint)
-    home = load_run(checkpoint)[1]
-    out = RunFolder(home.local).export(step_of(Store(folder).name))
-    if not _complete(out):  # never made, or damaged (a copy cut short): made again
-        shutil.rmtree(out, ignore_errors=True)
-        export(folder, out)
+    in a bucket: in its local copy, and the export pushed to the bucket; a run on a disk
+    this user cannot write: in zoo's cache)."""
+    run, home = load_run(checkpoint)
+    out = _export_folder(home, checkpoint_of(checkpoint))
+    if _complete(out):
+        return out
+    folder, weights = newest_weights(checkpoint)  # a newer one if that one was rotated away
+    out = _export_folder(home, folder)
+    shutil.rmtree(out, ignore_errors=True)  # never made, or damaged (a copy cut short)
+    _write(run, weights, out, folder)
+    if out.is_relative_to(home.local):
         home.push(out.relative_to(home.local).as_posix())
     return out
 
 
-def describe_export(checkpoint: str | Path, folder: Path) -> str:
-    """The line `zoo export` ends with: the folder, and the transformers class it loads as."""
-    hf_class = json.loads((folder / "config.json").read_text())["architectures"][0]
-    return f"exported {checkpoint} -> {folder} (loads with transformers' {hf_class})"
+def _export_folder(home: RunHome, checkpoint: str) -> Path:
+    """RUN/hf/step-N, or its place in zoo's cache when the run folder is read-only."""
+    out = RunFolder(home.local).export(step_of(Store(checkpoint).name))
+    writable = next(p for p in (out, *out.parents) if p.exists())
+    if os.access(writable, os.W_OK):
+        return out
+    run_key = hashlib.sha256(str(home.local).encode()).hexdigest()[:16]
+    return cache_home() / "exports" / run_key / out.name
 
+
+def describe_export(exported: Exported) -> str:
+    """The line `zoo export` ends with: the step, the folder, the transformers class it
+    loads as."""
+    hf_class = read_config(str(exported.folder)).get("architectures", ["?"])[0]
+    return (f"exported step {exported.step} ({exported.checkpoint}) -> {exported.folder} "
+            f"(loads with transformers' {hf_class})")

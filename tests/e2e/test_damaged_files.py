@@ -5,6 +5,7 @@ traceback. Each case damages its own copy of one trained run; the commands are f
 process that has imported the CLI (tests/support/forked_cli.py). (Metrics cut short, the W&B
 id and the token cache: tests/unit/test_damaged_state.py.)"""
 
+import json
 import shutil
 from pathlib import Path
 
@@ -25,6 +26,22 @@ def truncate(name: str, size: int):
         with open(run / name, "r+b") as file:
             file.truncate(size)
     return damage
+
+
+def edit_config(old: str, new: str):
+    def damage(run: Path):
+        text = (run / "config.yaml").read_text()
+        assert old in text
+        (run / "config.yaml").write_text(text.replace(old, new))
+    return damage
+
+
+def forget_run_id(run: Path):
+    """The run-id of the run that owns its checkpoints deleted (the owner record names this
+    very folder: the copy stands in for the original)."""
+    owner = run / "checkpoints" / "owner.json"
+    owner.write_text(json.dumps({**json.loads(owner.read_text()), "out": str(run)}))
+    (run / "run-id").unlink()
 
 
 def half_export(run: Path):
@@ -49,7 +66,19 @@ CASES = [
      "__0_0.distcp is 100 bytes"),
     ("owner", write("checkpoints/owner.json", "{"),
      ["train", "llama-tiny", "--steps", "3", "--out", "RUN"], 1,
-     "owner.json is damaged (not JSON); if no run is writing"),
+     "owner.json is damaged (not JSON: Expecting property name"),
+    ("owner_a_list", write("checkpoints/owner.json", "[]"),
+     ["train", "llama-tiny", "--steps", "3", "--out", "RUN"], 1,
+     "owner.json is damaged (a JSON list, not an object); if no run is writing"),
+    ("run_id_deleted", forget_run_id, ["train", "llama-tiny", "--steps", "3", "--out", "RUN"],
+     1, "run-id is missing (deleted?); if this is that run, restore it with `echo "),
+    ("config_edited", edit_config("hidden_size: 256", "hidden_size: 128"),
+     ["export", "RUN", "RUN-hf"], 1,
+     "does not fit the model its run's config describes ('lm_head.weight' has shape "
+     "[4096, 256] in the checkpoint but [4096, 128] in the model)"),
+    ("config_edited_generate", edit_config("num_hidden_layers: 4", "num_hidden_layers: 3"),
+     ["generate", "RUN", "--prompt", "hi"], 1,
+     "is in the checkpoint but not in the model); was the run's config edited"),
     ("half_export", half_export, ["eval", "RUN", "--tasks", "arc_easy_sample", "--limit", "2"],
      0, None),
 ]

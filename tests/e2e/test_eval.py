@@ -150,7 +150,7 @@ def test_large_exports_are_sharded_with_an_index(runs, monkeypatch):
     from eval import export as export_module
 
     monkeypatch.setattr(export_module, "MAX_SHARD_SIZE", "5MB")
-    out = export_module.export(runs["untrained"], runs["tmp"] / "sharded")
+    out = export_module.export(runs["untrained"], runs["tmp"] / "sharded").folder
     index = json.loads((out / "model.safetensors.index.json").read_text())
     assert len(set(index["weight_map"].values())) > 1
     AutoModelForCausalLM.from_pretrained(out)

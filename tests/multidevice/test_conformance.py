@@ -155,7 +155,7 @@ def test_export_loads_in_transformers_with_the_same_loss(worker_runs, name, tmp_
 
     fam = family(name)
     run_dir = worker_runs(name)["dir"]
-    out = export(run_dir, tmp_path / "hf")
+    out = export(run_dir, tmp_path / "hf").folder
     theirs = hf_class(fam).from_pretrained(out).eval()
     ours = fam.build(fam.sizes["tiny"], init=False).eval()  # eval: a MoE drops no token
     ours.load_state_dict(load_checkpoint(run_dir), strict=True)

@@ -5,15 +5,19 @@ elsewhere (`checkpoint_dir`, e.g. gs://bucket/run), which keep a copy of the run
 from __future__ import annotations
 
 import dataclasses
+import sys
 from pathlib import Path
 
 from core.config import parse_yaml
 from core.errors import UserError
-from core.store.checkpoint import complete_steps
+from core.store.checkpoint import complete_steps, load_checkpoint
 from core.store.location import Store, answered, reason
+from core.store.manifest import is_committed
 from core.store.run_folder import LOCATION_CONFIG, RUN_CONFIG, step_dir_name, step_of
 from core.store.run_home import RunHome
 from zoo.app.run import Run, resolve_run
+
+ROTATION_RETRIES = 3  # reads a checkpoint rotated away by a running trainer, then gives up
 
 
 def load_run(path: str | Path) -> tuple[Run, RunHome]:
@@ -47,6 +51,37 @@ def checkpoint_of(path: str | Path) -> str:
             return (location / step_dir_name(steps[-1])).url
     raise UserError(f"run {path} has no complete checkpoint yet (looked in "
                     f"{cfg.checkpoint_location})")
+
+
+def newest_weights(path: str | Path) -> tuple[str, dict]:
+    """(the checkpoint folder read, its full weights) for what `checkpoint_of(path)` names.
+    A trainer that keeps few checkpoints may remove the newest one while it is read here (a
+    newer one took its place): then the newest is read again, and said so."""
+    for _ in range(ROTATION_RETRIES):
+        folder = checkpoint_of(path)
+        print(f"reading the weights of {folder}", file=sys.stderr)  # minutes for a large model
+        try:
+            return folder, load_checkpoint(folder)
+        except (OSError, UserError):
+            if is_committed(Store(folder)):
+                raise  # not rotated away: a real error
+            if str(folder) == str(path):  # asked for that very checkpoint
+                raise UserError(f"checkpoint {path} was removed while it was read (a running "
+                                "trainer keeps only its newest keep_checkpoints); read a "
+                                "newer one, or the run folder") from None
+        print(f"note: {folder} was replaced by a newer checkpoint of the running trainer "
+              "while it was read; reading the newest", file=sys.stderr)
+    raise UserError(f"the checkpoints of {path} were replaced {ROTATION_RETRIES} times while "
+                    "being read; retry once the run saves less often, or after it ends")
+
+
+def refuse_misfit(checkpoint: str, problem: str | None) -> None:
+    """One line when a checkpoint's weights do not fit the model its run's config describes
+    (`problem`, from core.hf.misfit or core.store.checkpoint.first_misfit)."""
+    if problem:
+        raise UserError(f"{checkpoint} does not fit the model its run's config describes "
+                        f"({problem}); was the run's config edited after training? restore "
+                        "it and try again")
 
 
 def _saved_config(path: str) -> tuple[tuple[str, str], str | None]:
