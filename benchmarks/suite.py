@@ -44,6 +44,9 @@ class Entry:
         return resolve_run(self.model, [*self.train_overrides(), *extra])
 
 
+REQUIRED = {"name": "tiny-fsdp-1dev", "model": "llama-tiny"}  # no default: an example
+
+
 def load_suite(name_or_path: str) -> list[Entry]:
     path = Path(name_or_path)
     if not path.is_file():
@@ -62,13 +65,28 @@ def load_suite(name_or_path: str) -> list[Entry]:
     if not isinstance(raws, list) or not all(isinstance(raw, dict) for raw in raws):
         raise UserError(f"benchmark suite {path} must be a list of entries "
                         "(see benchmarks/suites/default.yaml)")
-    entries = []
-    for raw in raws:
-        unknown = set(raw) - fields
-        if unknown:
-            raise UserError(
-                f"{path}: entry {raw.get('name', '?')} has unknown keys "
-                f"{sorted(unknown)}; valid: {', '.join(sorted(fields))}"
-            )
-        entries.append(Entry(**raw))
-    return entries
+    if not raws:
+        raise UserError(f"benchmark suite {path} has no entries; add some such as "
+                        "`- {name: tiny, model: llama-tiny}` (see benchmarks/suites/*.yaml)")
+    for index, raw in enumerate(raws, 1):
+        _check_entry(raw, f"{path}: entry {index} ({raw.get('name', 'unnamed')})", fields)
+    return [Entry(**raw) for raw in raws]
+
+
+def _check_entry(raw: dict, where: str, fields: set[str]) -> None:
+    """Refuse, while the suite is read, an entry the harness would fail on mid-suite."""
+    unknown = set(raw) - fields
+    if unknown:
+        raise UserError(f"{where} has unknown keys {sorted(unknown)}; "
+                        f"valid: {', '.join(sorted(fields))}")
+    for key, example in REQUIRED.items():
+        if not isinstance(raw.get(key), str) or not raw[key]:
+            raise UserError(f"{where} needs a `{key}:`, e.g. {key}: {example}")
+    for key in ("global_batch_size", "seq_len"):
+        value = raw.get(key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)
+                                  or value < 1):
+            raise UserError(f"{where}: {key} must be a whole number >= 1, not {value!r}")
+    for key in ("overrides", "maxtext"):
+        if not isinstance(raw.get(key, []), list):
+            raise UserError(f"{where}: {key} must be a list of key=value strings")

@@ -11,9 +11,13 @@ exported once to RUN/hf/step-N and reused.
 from __future__ import annotations
 
 import json
+import logging
+import os
+import subprocess
 from pathlib import Path
 
 from core.errors import UserError
+from core.hf import read_config
 from core.store.location import local_folder
 from core.store.run_folder import WANDB_ID
 from core.table import format_table
@@ -43,6 +47,9 @@ def evaluate(checkpoint: str, tasks: str | None, *, num_fewshot: int | None = No
     path = checkpoint if "://" in checkpoint else Path(checkpoint)
     if isinstance(path, Path) and not path.exists():
         raise UserError(f"{checkpoint} does not exist")
+    if not out and isinstance(path, Path) and not os.access(path, os.W_OK):
+        raise UserError(f"{path} is read-only, and zoo eval writes its results there; pass "
+                        "--out DIR for them")
     family = family_of(path)
     backend = family.task.eval_backend if family else "causal"
     if backend is None:
@@ -98,20 +105,44 @@ def family_of(path: str | Path):
     from zoo.registry import FAMILIES, family  # start-up
 
     if _hf_folder(path):
-        config = Path(path) / "config.json"
-        architectures = json.loads(config.read_text()).get("architectures") or []
+        architectures = read_config(str(path)).get("architectures") or []
         for name in FAMILIES:
             if family(name).hf_class in architectures:
                 return family(name)
+        _check_causal(path, architectures)
         return None
     from zoo.app.saved_run import load_run  # start-up
 
     return load_run(path)[0].family
 
 
-def _lm_eval(folder: Path, backend: str, device: str, batch_size: int, **common) -> dict:
-    import lm_eval  # lm_eval
+def _check_causal(path, architectures: list[str]) -> None:
+    """Refuse, before lm-eval loads it, a folder that is no causal language model
+    transformers knows (lm-eval scores those, and zoo's own families)."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES  # lm_eval
 
+    causal = set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values())
+    if not any(name in causal for name in architectures):
+        found = ", ".join(architectures) or "no architecture"
+        raise UserError(f"{path} holds {found}, not a causal language model transformers "
+                        "knows (e.g. LlamaForCausalLM); zoo eval scores those and zoo's runs")
+
+
+def _lm_eval(folder: Path, backend: str, device: str, batch_size: int, **common) -> dict:
+    import datasets  # lm_eval
+    import lm_eval  # lm_eval
+    import lm_eval.evaluator  # lm_eval
+    import transformers  # lm_eval
+    from lm_eval.utils import setup_logging  # lm_eval
+
+    # lm-eval's progress on the console, not datasets' bars per split, transformers' over the
+    # weights, nor lm-eval's notes and warnings on how it runs (errors stay;
+    # LMEVAL_LOG_LEVEL=INFO brings the rest back), nor git's complaint in a folder not a
+    # checkout
+    datasets.disable_progress_bars()
+    transformers.utils.logging.disable_progress_bar()
+    setup_logging(logging.ERROR)
+    lm_eval.evaluator.get_git_commit_hash = _git_commit_hash
     if device == "xla":
         from eval.xla_lm import ZooXLALM  # lm_eval
 
@@ -120,6 +151,17 @@ def _lm_eval(folder: Path, backend: str, device: str, batch_size: int, **common)
     from eval.hf_lm import hf_lm  # lm_eval
 
     return lm_eval.simple_evaluate(model=hf_lm(folder, backend, device, batch_size), **common)
+
+
+def _git_commit_hash() -> str | None:
+    """lm-eval's get_git_commit_hash (the working directory's commit, recorded in the
+    results) with git's stderr captured: outside a checkout, lm-eval's own lets "fatal: not a
+    git repository" onto the console of every eval."""
+    try:
+        found = subprocess.run(["git", "describe", "--always"], capture_output=True, text=True)
+    except OSError:  # no git
+        return None
+    return (found.stdout.strip() or None) if found.returncode == 0 else None
 
 
 def metric_rows(results: dict) -> list[tuple]:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+import yaml
+
 from core.errors import UserError
 
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
@@ -37,7 +39,17 @@ def declared_task_names(folder: Path) -> list[str]:
 
     names = []
     for path in sorted(folder.glob("*.yaml")):
-        config = load_yaml(str(path), resolve_func=False, recursive=False) or {}
+        try:
+            config = load_yaml(str(path), resolve_func=False, recursive=False) or {}
+        except yaml.YAMLError as error:
+            mark = getattr(error, "problem_mark", None)
+            where = f" at line {mark.line + 1}" if mark else ""
+            raise UserError(f"task file {path} is not valid YAML{where}: "
+                            f"{getattr(error, 'problem', None) or error}; fix it or move it "
+                            "out of the folder") from None
+        if not isinstance(config, dict):
+            raise UserError(f"task file {path} must be a mapping of lm-eval task keys "
+                            "(task:, dataset_path:, ...), see eval/tasks/*.yaml")
         task, group = config.get("task"), config.get("group")
         name = task if isinstance(task, str) else group if isinstance(group, str) else None
         if name:
@@ -60,6 +72,9 @@ def resolve_tasks(spec: str) -> tuple[list[str], object]:
             names += declared
         else:
             names += ALIASES.get(item, [item])
+    if not names:
+        raise UserError(f"--tasks {spec!r} names no task; give comma-separated task names, "
+                        f"e.g. --tasks {','.join(sample_task_names())}")
     manager = TaskManager(include_path=include, include_defaults=False)
     if any(name not in manager.all_tasks for name in names):
         manager = TaskManager(include_path=include)  # index lm-eval's built-ins (~7 s)

@@ -10,15 +10,13 @@ teacher forcing, as transformers does when given `labels`.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import torch
 from lm_eval.api.registry import register_model
 from lm_eval.models.huggingface import HFLM
 
 from core.backends.xla.runtime import device
 from core.errors import UserError
+from core.hf import read_config
 from zoo.registry import family_for_hf_architecture
 
 BUCKETS = (64, 128, 256, 512, 1024, 2048, 4096, 8192)
@@ -65,7 +63,7 @@ class ZooXLALM(HFLM):
 
 def _load_zoo_model(folder: str):
     """The zoo family whose HF class the folder's config.json names, loaded on XLA."""
-    config = json.loads((Path(folder) / "config.json").read_text())
+    config = read_config(folder)
     family = family_for_hf_architecture((config.get("architectures") or ["?"])[0])
     model = family.build(family.config_from_hf(folder), init=False)
     family.load_hf(model, folder)

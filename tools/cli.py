@@ -4,6 +4,7 @@ refusal of a bad flag answer without importing torch, torch_xla, transformers or
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 
@@ -11,6 +12,7 @@ import click
 
 from core import runtime
 from core.errors import UserError
+from tools.options import FiniteRange
 from tools.tpu_commands import tpu as tpu_group
 
 # flax, which torchax imports for torch_xla's scan, warns at import that TensorFlow is
@@ -19,8 +21,13 @@ logging.getLogger("absl").addFilter(
     lambda record: "Tensorflow library not found" not in record.getMessage())
 
 
+# a disk that refuses a write: read-only, full, over quota, not permitted
+DISK_REFUSALS = {errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM}
+
+
 class _Group(click.Group):
-    """Turns UserError into one line on stderr and a non-zero exit, without a traceback."""
+    """Turns UserError, and a disk that refuses a write, into one line on stderr and a
+    non-zero exit, without a traceback."""
 
     def invoke(self, ctx):
         try:
@@ -33,11 +40,22 @@ class _Group(click.Group):
             raise click.ClickException(  # a command only the xla backend runs
                 f"zoo {ctx.invoked_subcommand} needs torch_xla, which is not installed: "
                 "./setup_vm.sh (or pip install 'zoo[xla]')") from None
+        except OSError as error:
+            if error.errno not in DISK_REFUSALS:
+                raise
+            full = "free space there, or " if error.errno in (errno.ENOSPC, errno.EDQUOT) else ""
+            raise click.ClickException(  # the disk a command writes to, not zoo
+                f"cannot write {error.filename or 'a file'}: {error.strerror}; {full}write "
+                "elsewhere (--out, checkpoint_dir)") from None
         except click.UsageError as error:  # one line too, naming where the help is
             command = error.ctx.command_path if error.ctx else "zoo"
             one_line = click.ClickException(f"{error.format_message()} (see {command} --help)")
             one_line.exit_code = error.exit_code
             raise one_line from None
+
+
+POSITIVE = click.IntRange(min=1)
+TPU_HELP = "Slice type to run on: v4-32, v5litepod-16, ... or cpu-N here."
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -59,14 +77,16 @@ def topology(slice_type, as_json):
 
 @cli.command(context_settings={"ignore_unknown_options": True})
 @click.argument("overrides", nargs=-1)
-def doctor(overrides):
+@click.option("--tpu", help=TPU_HELP)
+def doctor(overrides, tpu):
     """Report versions and devices, then run a sharded matmul over all devices.
 
     OVERRIDES are mesh settings such as mesh.tensor=2 (default: fsdp over all devices).
+    Example: zoo doctor --tpu cpu-8 mesh.tensor=2
     """
     from tools.doctor import doctor as check_devices  # torch_xla
 
-    report, ok = check_devices(list(overrides))
+    report, ok = check_devices(list(overrides), tpu)
     click.echo(report)
     if not ok:
         raise SystemExit(1)
@@ -84,8 +104,8 @@ def models():
 @cli.command(context_settings={"ignore_unknown_options": True})
 @click.argument("model")
 @click.argument("overrides", nargs=-1)
-@click.option("--tpu", help="Slice type to run on: v4-32, v5litepod-16, ... or cpu-N here.")
-@click.option("--steps", type=int, help="Optimizer steps to train (total, across resumes).")
+@click.option("--tpu", help=TPU_HELP)
+@click.option("--steps", type=POSITIVE, help="Optimizer steps to train (total, across resumes).")
 @click.option("--out", help="Run folder (default runs/MODEL); reruns resume from it.")
 @click.option("--init-from", help="Hugging Face checkpoint directory to start from.")
 @click.option("--config", "config_files", multiple=True, help="YAML config file(s).")
@@ -117,15 +137,18 @@ def train(model, overrides, config_files, **options):
 @cli.command("generate")
 @click.argument("run_or_checkpoint")
 @click.option("--prompt", required=True)
-@click.option("--max-new-tokens", default=50, show_default=True)
-@click.option("--temperature", default=0.0, show_default=True, help="0 = greedy.")
-@click.option("--top-k", default=0, show_default=True, help="0 = no top-k cut.")
-@click.option("--seed", default=0, show_default=True)
+@click.option("--max-new-tokens", type=POSITIVE, default=50, show_default=True)
+@click.option("--temperature", type=FiniteRange(min=0), default=0.8, show_default=True,
+              help="Sampling temperature, as `zoo train`'s sample; 0 = greedy.")
+@click.option("--top-k", type=click.IntRange(min=0), default=40, show_default=True,
+              help="Sample from the K likeliest tokens; 0 = no top-k cut.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Sampling seed: the same seed gives the same text.")
 def generate_command(run_or_checkpoint, prompt, max_new_tokens, temperature, top_k, seed):
-    """Continue PROMPT with a trained run (folder) or one of its checkpoints."""
-    from zoo.app.generate import check_sampling, generate, load_for_generation  # torch
+    """Continue PROMPT with a trained run (folder) or one of its checkpoints, sampled as
+    `zoo train`'s end-of-run sample is; --temperature 0 is greedy."""
+    from zoo.app.generate import generate, load_for_generation  # torch
 
-    check_sampling(max_new_tokens, temperature, top_k)
     model, tokenizer = load_for_generation(run_or_checkpoint, prompt, max_new_tokens)
     click.echo(generate(model, tokenizer, prompt, max_new_tokens, temperature, top_k, seed))
 
@@ -150,7 +173,8 @@ def new_model(name, parent):
 @click.option("--suite", default="default", show_default=True, help="Suite name or YAML path.")
 @click.option("--models", help="Only entries of these models (comma-separated).")
 @click.option("--tpu", help="Run every entry on this slice type instead of its own.")
-@click.option("--steps", default=10, show_default=True, help="Timed steps per entry.")
+@click.option("--steps", type=POSITIVE, default=10, show_default=True,
+              help="Timed steps per entry.")
 @click.option("--out", default="runs/bench", show_default=True, help="Results folder.")
 @click.option("--compare", type=click.Choice(["hf", "maxtext"]),
               help="Also run the same config through transformers' implementation (hf) or "
@@ -158,7 +182,7 @@ def new_model(name, parent):
                    "first use) and report the step-time ratio.")
 @click.option("--baseline", type=click.Path(exists=True, dir_okay=False),
               help="results.json to compare against; exits non-zero on regressions.")
-@click.option("--tolerance", default=0.20, show_default=True,
+@click.option("--tolerance", type=FiniteRange(min=0), default=0.20, show_default=True,
               help="Allowed MFU drop, and growth of step time relative to the suite's first "
                    "entry, vs the baseline (fraction).")
 @click.option("--profile", "profile_dir", help="Capture an XLA profile of the timed steps here.")
@@ -178,7 +202,8 @@ def bench(**options):
 @click.argument("model")
 @click.argument("overrides", nargs=-1)
 @click.option("--tpu", required=True, help="Slice type, e.g. v4-8, v5p-128.")
-@click.option("--target-mfu", default=0.5, show_default=True)
+@click.option("--target-mfu", type=FiniteRange(min=0, max=1, min_open=True), default=0.5,
+              show_default=True, help="The MFU the step time is projected at.")
 @click.option("--compile", "compile_", is_flag=True,
               help="Also trace the exact train step and compile it with the TPU compiler "
               "(libtpu, compile-only: no TPU needed) for the slice's topology.")
@@ -199,7 +224,7 @@ def plan(model, overrides, tpu, target_mfu, compile_, compare, as_json):
     from zoo.app.run import resolve_run  # torch, the families
 
     run = resolve_run(model, [f"tpu={tpu}", *overrides])
-    click.echo(plan_report(run, target_mfu, compile_, compare, as_json))
+    click.echo(plan_report(run, target_mfu, compile_, compare, as_json, click.echo))
 
 
 @cli.command()
@@ -210,7 +235,7 @@ def export(checkpoint, out):
     from eval.export import describe_export  # torch
     from eval.export import export as export_checkpoint  # torch
 
-    click.echo(describe_export(checkpoint, export_checkpoint(checkpoint, out)))
+    click.echo(describe_export(export_checkpoint(checkpoint, out)))
 
 
 @cli.command("eval")
@@ -219,9 +244,10 @@ def export(checkpoint, out):
               "(arc_easy + arc_challenge), the sample tasks, or a folder of task YAMLs.")
 @click.option("--data", help="Image classifiers: an image folder (DIR/val/<class>/...) to "
               "report top-1 on (default: the embedded image set).")
-@click.option("--num-fewshot", type=int)
-@click.option("--limit", type=int, help="Only the first N documents per task.")
-@click.option("--batch-size", default=8, show_default=True)
+@click.option("--num-fewshot", type=click.IntRange(min=0),
+              help="Examples in each prompt (default: each task's own).")
+@click.option("--limit", type=POSITIVE, help="Only the first N documents per task.")
+@click.option("--batch-size", type=POSITIVE, default=8, show_default=True)
 @click.option("--device", type=click.Choice(["cpu", "cuda", "xla"]), default="cpu",
               show_default=True)
 @click.option("--out", help="Folder for eval_results.json (default: next to the checkpoint).")

@@ -5,16 +5,29 @@ with --dry-run."""
 from __future__ import annotations
 
 import os
+import subprocess
 import tarfile
 import tempfile
 import time
 from pathlib import Path
 
 from core.errors import UserError
+from core.store.run_folder import (
+    CHECKPOINTS,
+    LOCATION_CONFIG,
+    LOCK,
+    METRICS,
+    RUN_CONFIG,
+    RUN_ID,
+)
 from tools import remote
 from tools.gcloud import Gcloud, Node, create, delete, scp, ssh
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+# Shipped when the tree is no git checkout (an unpacked archive): the packages and what
+# setup_vm.sh installs them from.
+SOURCE_ALLOW_LIST = ("core", "zoo", "benchmarks", "eval", "tools", "tests", "pyproject.toml",
+                     "setup_vm.sh", "README.md")
 # Never shipped to the workers, at any depth: history, the local installs (zoo's, MaxText's
 # for `zoo bench --compare maxtext`), caches, half-written and packaging files ...
 SYNC_EXCLUDES = {".git", ".venv", ".venv-maxtext", remote.RUN_DIR, "__pycache__",
@@ -24,31 +37,61 @@ SYNC_EXCLUDES_AT_TOP = {"runs", "checkpoints", "data", "wandb", "build"}
 
 
 def repo_files(root: Path = REPO_ROOT) -> list[Path]:
-    """The files `sync` ships: the working tree minus the excludes (local edits included)."""
-    files = []
-    for folder, subfolders, names in os.walk(root):  # excluded folders are never entered
-        top = Path(folder) == root
-        subfolders[:] = [d for d in subfolders if not _left_out(d, top)]
-        files += [Path(folder) / name for name in names if not _left_out(name, top)]
-    return sorted(files)
+    """The files `sync` ships: the source tree, local edits and new files included (what git
+    tracks plus what it does not ignore; without git, SOURCE_ALLOW_LIST), never a run
+    folder, checkpoint location or export, wherever `--out` or `zoo export` put it."""
+    files = _git_files(root)
+    if files is None:
+        files = [path for name in SOURCE_ALLOW_LIST for path in
+                 ((root / name).rglob("*") if (root / name).is_dir() else [root / name])]
+    files = [path.relative_to(root) for path in files if path.is_file()]
+    folders = {folder for path in files for folder in path.parents[:-1]}
+    outputs = {folder for folder in folders if _is_output(root / folder)}
+    return sorted(root / path for path in files
+                  if not _left_out(path) and outputs.isdisjoint(path.parents))
 
 
-def _left_out(name: str, top: bool) -> bool:
-    return (name in SYNC_EXCLUDES or (top and name in SYNC_EXCLUDES_AT_TOP)
-            or name.endswith((".partial", ".egg-info")))
+def _git_files(root: Path) -> list[Path] | None:
+    """Tracked and untracked-but-not-ignored files under root; None where git cannot say."""
+    try:
+        listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
+                                 "--exclude-standard"], cwd=root, capture_output=True)
+    except FileNotFoundError:
+        return None
+    if listed.returncode:
+        return None
+    return [root / name for name in set(os.fsdecode(listed.stdout).split("\0")) if name]
+
+
+def _left_out(path: Path) -> bool:
+    return (path.parts[0] in SYNC_EXCLUDES_AT_TOP
+            or any(part in SYNC_EXCLUDES or part.endswith((".partial", ".egg-info"))
+                   for part in path.parts))
+
+
+def _is_output(folder: Path) -> bool:
+    """A run folder (its config.yaml beside checkpoints, metrics, a lock or run-id), a
+    checkpoint location (run-config.yaml) or a Hugging Face export (config.json beside
+    safetensors): training output, never source, even where git does not ignore it."""
+    names = set(os.listdir(folder))
+    return ((RUN_CONFIG in names and bool(names & {CHECKPOINTS, METRICS, LOCK, RUN_ID}))
+            or LOCATION_CONFIG in names
+            or ("config.json" in names and any(n.endswith(".safetensors") for n in names)))
 
 
 def sync(gcloud: Gcloud, node: Node, root: Path = REPO_ROOT) -> None:
-    """Copy the working tree to ~/zoo on every worker (one archive, one scp, one untar)."""
+    """Copy the source tree to ~/zoo on every worker (one archive, one scp, one untar)."""
+    files = repo_files(root)
+    megabytes = sum(path.stat().st_size for path in files) / 1e6
+    gcloud.echo(f"# sync: {len(files)} files, {megabytes:.1f} MB to ~/zoo on every worker of "
+                f"{node.name} (the source tree: no runs, checkpoints or exports)")
     with tempfile.TemporaryDirectory() as scratch:
-        archive, files = Path(scratch) / "zoo-sync.tar.gz", repo_files(root)
+        archive = Path(scratch) / "zoo-sync.tar.gz"
         if not gcloud.dry_run:
             with tarfile.open(archive, "w:gz") as tar:
                 for path in files:
                     tar.add(path, arcname=str(path.relative_to(root)))
-        left_out = ", ".join(sorted(SYNC_EXCLUDES | SYNC_EXCLUDES_AT_TOP))
-        gcloud.run(scp(node, str(archive), "~/zoo-sync.tar.gz"),
-                   note=f"{len(files)} files, without {left_out}")
+        gcloud.run(scp(node, str(archive), "~/zoo-sync.tar.gz"))
         gcloud.run(ssh(node, remote.unpack("~/zoo-sync.tar.gz")))
 
 

@@ -16,6 +16,7 @@ from tools.gcloud import (
     delete_slices,
     slice_nodes,
 )
+from tools.options import FiniteRange
 
 DATA_DISK_HELP = ("A persistent disk (projects/P/zones/Z/disks/D) to attach read-write: "
                   "where checkpoints survive the VM.")
@@ -95,7 +96,8 @@ def node_command(command_name: str, operation, help_text: str) -> None:
 
 node_command("setup", ops.setup, "Copy this repo to every worker and run setup_vm.sh there.")
 node_command("sync", ops.sync,
-             "Copy local changes to every worker (not .git, .venv, runs, checkpoints, data).")
+             "Copy the source tree to every worker: what git tracks or does not ignore, "
+             "never a run folder or export.")
 node_command("stop", ops.stop,
              "End the processes `zoo tpu run` started (by their recorded ids), on every worker.")
 
@@ -115,8 +117,9 @@ def run_command(name, zone, project, dry_run, slices, command):
 
 @tpu.command("logs")
 @node_options
-@click.option("--worker", default=0, show_default=True, help="Worker index.")
-@click.option("--slice", "slice_index", default=0, show_default=True,
+@click.option("--worker", default=0, show_default=True, type=click.IntRange(min=0),
+              help="Worker index.")
+@click.option("--slice", "slice_index", default=0, show_default=True, type=click.IntRange(min=0),
               help="Slice index (multi-slice jobs).")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new lines.")
 def logs_command(name, zone, project, dry_run, slices, worker, slice_index, follow):
@@ -166,10 +169,11 @@ def delete_command(name, zone, project, dry_run, slices):
 @click.option("--version", help="TPU VM software version (default per generation).")
 @click.option("--spot", is_flag=True)
 @click.option("--preemptible", is_flag=True)
-@click.option("--max-restarts", default=10, show_default=True)
-@click.option("--backoff", default=60.0, show_default=True,
+@click.option("--max-restarts", default=10, show_default=True, type=click.IntRange(min=0))
+@click.option("--backoff", default=60.0, show_default=True, type=FiniteRange(min=0),
               help="Seconds before the first restart; doubles each time.")
-@click.option("--poll", default=120.0, show_default=True, help="Seconds between checks.")
+@click.option("--poll", default=120.0, show_default=True, type=FiniteRange(min=0, min_open=True),
+              help="Seconds between checks.")
 @click.option("--data-disk", help=DATA_DISK_HELP)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def babysit_command(name, zone, project, dry_run, slices, accelerator, version, spot,

@@ -14,6 +14,7 @@ import os
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks import maxtext
@@ -95,13 +96,18 @@ class Comparison:
         }
 
 
-def compare(run: Run, target_mfu: float = 0.5) -> Comparison:
-    """Trace zoo's step, compile it and MaxText's with MaxText's libtpu, count both."""
+def compare(run: Run, target_mfu: float = 0.5,
+            progress: Callable[[Plan], object] | None = None) -> Comparison:
+    """Trace zoo's step, compile it and MaxText's with MaxText's libtpu, count both;
+    `progress` is handed the analytic plan once the checks pass, before the minutes of
+    compiling."""
     analytic = make_plan(run, target_mfu)
     topo = run.topology
     compile_target(topo)  # a slice the compiler cannot target fails first
     keys = maxtext_keys(run.family.name, run.config, topo)  # so does a setting MaxText can't take
     interpreter = maxtext.python()
+    if progress:
+        progress(analytic)
     start = time.perf_counter()
     text, attention, _ = trace_step_hlo(run)
     traced = time.perf_counter() - start

@@ -11,6 +11,7 @@ import functools
 import os
 import sys
 import time
+from collections.abc import Callable
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
@@ -257,11 +258,15 @@ class CompiledPlan:
         }
 
 
-def compile_plan(run: Run, target_mfu: float = 0.5) -> CompiledPlan:
-    """Trace `zoo train`'s step for the run's slice and compile it with libtpu."""
+def compile_plan(run: Run, target_mfu: float = 0.5,
+                 progress: Callable[[Plan], object] | None = None) -> CompiledPlan:
+    """Trace `zoo train`'s step for the run's slice and compile it with libtpu; `progress`
+    is handed the analytic plan before the minutes of tracing and compiling start."""
     analytic = make_plan(run, target_mfu)
     topo = run.topology
     compile_target(topo)  # a slice the compiler cannot target fails first
+    if progress:
+        progress(analytic)
     start = time.perf_counter()
     text, attention, unplanned = trace_step_hlo(run)
     traced = time.perf_counter() - start
@@ -276,15 +281,17 @@ def persistent_bytes(plan: Plan) -> float:
     return sum(v for k, v in plan.terms.items() if k.startswith(("parameters", "optimizer")))
 
 
-def describe_compiled(plan: CompiledPlan) -> str:
+def describe_compiled(plan: CompiledPlan, analytic: bool = True) -> str:
+    """The compiled plan, after the analytic one unless that was printed already."""
     record, topo = plan.record(), plan.analytic.topology
     hbm, flops, step = record["hbm_per_chip"], record["flops_per_chip"], plan.compiled
+    first = [describe(plan.analytic), ""] if analytic else []
     heading = (f"compiled by libtpu for {record['compile_target']['topology_name']} "
                f"({topo.chips} chips, {topo.hosts} host(s)) in {step.compile_seconds:.1f} s "
                f"(traced in {plan.trace_seconds:.1f} s); attention: {plan.attention}")
     if isinstance(step, OutOfMemory):
         return "\n".join([
-            describe(plan.analytic), "", heading,
+            *first, heading,
             f"does NOT fit, by the compiler's numbers: the program alone needs at least "
             f"{format_bytes(step.program_bytes)} of the {format_bytes(step.usable_bytes)} HBM "
             f"the compiler may use per chip; its check leaves out the arguments, "
@@ -306,8 +313,7 @@ def describe_compiled(plan: CompiledPlan) -> str:
     ]
     verdict = "fits" if plan.fits else "does NOT fit"
     lines = [
-        describe(plan.analytic),
-        "",
+        *first,
         heading,
         format_table(("per chip", "analytic", "compiled"), rows),
         f"{verdict} by the compiler's numbers: {format_bytes(step.total_bytes)} of "

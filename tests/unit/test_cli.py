@@ -38,12 +38,14 @@ def test_doctor_runs_a_sharded_matmul_over_8_devices():
     assert "over 8 shards: ok" in result.stdout
 
 
-def test_doctor_bad_mesh_is_one_line_and_nonzero():
-    result = zoo("doctor", "mesh.tensor=3")
+def test_doctor_bad_mesh_is_one_line_with_a_fix_and_nonzero():
+    """--tpu cpu-4 is resolved as `zoo train` resolves it: 4 devices, whatever the env says."""
+    result = zoo("doctor", "--tpu", "cpu-4", "mesh.tensor=3")
     assert result.returncode != 0
     assert result.stderr.strip().splitlines() == [
-        "Error: mesh data=1 fsdp=-1 sequence=1 expert=1 tensor=3 cannot fill 8 devices: "
-        "3 does not divide 8"
+        "Error: mesh data=1 fsdp=-1 sequence=1 expert=1 tensor=3 cannot fill 4 devices: "
+        "3 does not divide 4; use axis sizes that fit the 4 devices, or check this mesh on 3 "
+        "CPU devices: zoo doctor --tpu cpu-3"
     ]
 
 

@@ -33,3 +33,14 @@ def test_a_folder_without_task_yamls_is_one_line(tmp_path):
     (tmp_path / "base.yaml").write_text("output_type: multiple_choice\n")
     with pytest.raises(UserError, match="declaring a `task:` or `group:`"):
         resolve_tasks(str(tmp_path))
+
+
+def test_a_task_yaml_that_does_not_parse_is_one_line_naming_file_and_line(tmp_path):
+    (tmp_path / "mine.yaml").write_text("output_type: multiple_choice\ntask: [x\n")
+    with pytest.raises(UserError, match=r"mine.yaml is not valid YAML at line 3: "):
+        resolve_tasks(str(tmp_path))
+
+
+def test_tasks_naming_no_task_is_one_line():
+    with pytest.raises(UserError, match="--tasks ', ,' names no task; give comma-separated"):
+        resolve_tasks(", ,")

@@ -86,6 +86,7 @@ def test_sync_ships_the_tree_without_git_venv_or_runs(fake):
         assert (home / "eval" / "tasks" / "data" / "arc_easy_sample.jsonl").is_file()
         assert not (home / ".git").exists() and not (home / ".venv").exists()
         assert not (home / "build").exists() and not list(home.glob("*.egg-info"))
+    assert "# sync: " in result.stdout and " MB to ~/zoo on every worker of node" in result.stdout
     scp = next(c for c in fake.calls() if c[3] == "scp")
     assert "--worker=all" in scp and "us-central2-b" in scp and "my-proj" in scp
 
@@ -220,18 +221,61 @@ def test_babysit_restarts_every_slice_when_one_is_preempted(fake, tmp_path):
     assert len(creates) == 2 and all("--node-count=2" in c for c in creates)
 
 
-def test_sync_leaves_out_installs_builds_and_run_output_but_ships_data_deeper(tmp_path):
-    """On a synthetic tree (a fresh clone has no build/ or egg-info to leave out)."""
+def _tree(root: Path, *paths: str) -> None:
+    for path in paths:
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text("x")
+
+
+def _shipped(root: Path) -> set[str]:
     from tools.tpu import repo_files
 
-    for path in ("README.md", "eval/tasks/data/arc.jsonl", "zoo/runs/keep.py",
-                 "build/lib/zoo/old.py", "zoo.egg-info/PKG-INFO", "runs/r/metrics.jsonl",
-                 "data/shard.bin", ".venv/bin/python", ".git/HEAD", "core/__pycache__/a.pyc",
-                 "checkpoints/step-1/x", "model.safetensors.partial", ".zoo-run/log"):
-        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / path).write_text("x")
-    shipped = {str(p.relative_to(tmp_path)) for p in repo_files(tmp_path)}
-    assert shipped == {"README.md", "eval/tasks/data/arc.jsonl", "zoo/runs/keep.py"}
+    return {str(p.relative_to(root)) for p in repo_files(root)}
+
+
+# What `zoo train --out R` and `zoo export R OUT` leave wherever they were pointed, and a
+# checkpoint location outside its run folder: never source, even where git does not ignore it
+OUTPUT = ("R/config.yaml", "R/metrics.jsonl", "R/checkpoints/step-00000001/model.pt",
+          "zoo/R2/config.yaml", "zoo/R2/run-id", "OUT/config.json", "OUT/model.safetensors",
+          "ckpt/run-config.yaml", "ckpt/step-00000001/model.pt")
+
+
+def test_sync_ships_what_git_tracks_or_does_not_ignore_but_no_run_or_export(tmp_path):
+    """A new family not yet committed ships; a run folder or an export never does."""
+    _tree(tmp_path, "README.md", "core/gone.py", ".gitignore", "zoo/mynet/family.py",
+          "zoo/mynet/config.yaml", "zoo/mynet/notes.bin", "data/shard.bin", *OUTPUT)
+    (tmp_path / ".gitignore").write_text("*.bin\n")
+    git = ["git", "-C", str(tmp_path)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "README.md", "core/gone.py"], check=True)
+    (tmp_path / "core" / "gone.py").unlink()  # tracked, deleted here: nothing to ship
+    assert _shipped(tmp_path) == {"README.md", ".gitignore", "zoo/mynet/family.py",
+                                  "zoo/mynet/config.yaml"}
+
+
+def test_sync_without_git_ships_the_allow_listed_source(tmp_path, monkeypatch):
+    """On an unpacked archive (no git): the packages and install files, less installs,
+    builds, caches, half-written files and training output."""
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))  # no repo above
+    _tree(tmp_path, "README.md", "eval/tasks/data/arc.jsonl", "zoo/runs/keep.py", "notes.txt",
+          "build/lib/zoo/old.py", "zoo.egg-info/PKG-INFO", "runs/r/metrics.jsonl",
+          "data/shard.bin", ".venv/bin/python", ".git/HEAD", "core/__pycache__/a.pyc",
+          "checkpoints/step-1/x", "eval/model.safetensors.partial", ".zoo-run/log",
+          *(f"zoo/{path}" for path in OUTPUT))
+    assert _shipped(tmp_path) == {"README.md", "eval/tasks/data/arc.jsonl", "zoo/runs/keep.py"}
+
+
+def test_sync_says_how_many_files_and_megabytes_it_ships(tmp_path):
+    from tools.gcloud import Gcloud, Node
+    from tools.tpu import sync
+
+    _tree(tmp_path, "README.md", "zoo/a.py", *OUTPUT)
+    (tmp_path / "zoo" / "a.py").write_bytes(b"x" * 2_500_000)
+    subprocess.run(["git", "-C", str(tmp_path), "init", "-q"], check=True)
+    lines = []
+    sync(Gcloud(dry_run=True, echo=lines.append), Node("node", "us-central2-b"), tmp_path)
+    assert lines[0] == ("# sync: 2 files, 2.5 MB to ~/zoo on every worker of node (the "
+                        "source tree: no runs, checkpoints or exports)")
 
 
 def test_train_on_slices_checks_every_slice_and_starts_each_with_its_settings(fake):

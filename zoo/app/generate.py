@@ -14,8 +14,9 @@ import torch
 
 from core.data import load_tokenizer
 from core.errors import UserError
-from core.store.checkpoint import load_checkpoint
-from zoo.app.saved_run import checkpoint_of, load_run
+from core.hf import misfit
+from core.store.checkpoint import first_misfit
+from zoo.app.saved_run import load_run, newest_weights, refuse_misfit
 
 
 def load_for_generation(path: str | Path, prompt: str = "", max_new_tokens: int = 0):
@@ -30,16 +31,21 @@ def load_for_generation(path: str | Path, prompt: str = "", max_new_tokens: int 
                         "continues prompts with causal language models only")
     tokenizer = load_tokenizer(cfg.data.tokenizer)
     check_positions(cfg.model, len(tokenizer(prompt).input_ids), max_new_tokens)
-    weights = load_checkpoint(checkpoint_of(path))
+    checkpoint, weights = newest_weights(path)
     if family.hf_class is None:
         model = family.build(cfg.model, init=False)
+        refuse_misfit(checkpoint, first_misfit(
+            {k: list(v.shape) for k, v in model.state_dict().items()},
+            {k: list(v.shape) for k, v in weights.items()}))
         model.load_state_dict(weights)
         return model.eval(), tokenizer
     import transformers  # transformers
 
     transformers.utils.logging.disable_progress_bar()  # weights from memory: no progress
+    hf_config = family.hf_config(cfg.model)
+    refuse_misfit(checkpoint, misfit(family.hf_class, hf_config, weights))
     hf_class = getattr(transformers, family.hf_class)
-    model = hf_class.from_pretrained(None, config=family.hf_config(cfg.model), state_dict=weights)
+    model = hf_class.from_pretrained(None, config=hf_config, state_dict=weights)
     return model.eval(), tokenizer
 
 
@@ -56,7 +62,8 @@ def check_positions(model_config, prompt_tokens: int, max_new_tokens: int) -> No
 
 
 def check_sampling(max_new_tokens: int, temperature: float, top_k: int) -> None:
-    """Refuse, before a model is loaded, options that sampling would fail on mid-way."""
+    """Refuse options that sampling would fail on mid-way (the CLI's option types refuse
+    them before a model is loaded; this guards other callers)."""
     if max_new_tokens < 1:
         raise UserError(f"--max-new-tokens must be at least 1, not {max_new_tokens}")
     if not math.isfinite(temperature) or temperature < 0:
@@ -72,11 +79,14 @@ def generate(
     tokenizer,
     prompt: str,
     max_new_tokens: int = 50,
-    temperature: float = 0.0,
-    top_k: int = 0,
+    temperature: float = 0.8,
+    top_k: int = 40,
     seed: int = 0,
 ) -> str:
-    """Greedy when temperature is 0, else top-k (0 = all) sampling at that temperature."""
+    """Greedy when temperature is 0, else top-k (0 = all) sampling at that temperature. The
+    defaults (`zoo generate`'s too) sample: greedy decoding of a freshly trained small model
+    repeats one token, often a blank line, where sampling shows what it learned."""
+    check_sampling(max_new_tokens, temperature, top_k)
     ids = tokenizer(prompt, return_tensors="pt").input_ids
     torch.manual_seed(seed)
     if hasattr(model, "generate"):  # a transformers model: with its KV cache
@@ -119,7 +129,7 @@ def sample_after_training(run_folder: str, prompt: str) -> str:
     says why instead."""
     try:
         model, tokenizer = load_for_generation(run_folder)
-        sample = generate(model, tokenizer, prompt, max_new_tokens=40, temperature=0.8, top_k=40)
+        sample = generate(model, tokenizer, prompt, max_new_tokens=40)
     except UserError as error:
         return f"sample: none, {error}"
     return f"sample: {sample!r}"
