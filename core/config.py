@@ -33,11 +33,12 @@ def load(schema: type[T], files=(), overrides=()) -> T:
     A file is a path, or (name, text) for a config read from elsewhere (a saved run's)."""
     cfg = OmegaConf.structured(schema)
     for source in files:
-        _merge(schema, cfg, _read_yaml(source), f"in {_name(source)}: ")
+        _merge(schema, cfg, _read_yaml(source), f"in {_name(source)}: ",
+               "{key}: {{{leaf}: {value}}}")
     bad = [o for o in overrides if "=" not in o or o.startswith("=")]
     if bad:
         raise ConfigError(f"override '{bad[0]}' is not key=value (e.g. mesh.tensor=2)")
-    _merge(schema, cfg, OmegaConf.from_dotlist(list(overrides)), "")
+    _merge(schema, cfg, OmegaConf.from_dotlist(list(overrides)), "", "{key}.{leaf}={value}")
     try:
         return OmegaConf.to_object(cfg)
     except OmegaConfBaseException as error:
@@ -82,11 +83,32 @@ def sets_key(key: str, files=(), overrides=()) -> bool:
     return given or any(key in _read_yaml(source) for source in files)
 
 
-def _merge(schema, cfg, other, where: str) -> None:
+def _merge(schema, cfg, other, where: str, spelling: str) -> None:
+    """Merge `other` into `cfg`; `spelling` writes a section's key as this source would
+    (for the hint when a value stands where a section belongs)."""
+    _check_sections(schema, OmegaConf.to_container(other), "", where, spelling)
     try:
         cfg.merge_with(other)
     except OmegaConfBaseException as error:
         raise ConfigError(where + _one_line(schema, error)) from None
+
+
+def _check_sections(schema, tree: dict, prefix: str, where: str, spelling: str) -> None:
+    """A value where the schema has a section (`optim: 0.001`) fails naming the section and
+    its keys; omegaconf's own error names no key."""
+    hints = typing.get_type_hints(schema)
+    for name, value in tree.items():
+        section, key = hints.get(name), f"{prefix}{name}"
+        if not dataclasses.is_dataclass(section):
+            continue
+        if isinstance(value, dict):
+            _check_sections(section, value, f"{key}.", where, spelling)
+            continue
+        fields = typing.get_type_hints(section)  # the hint: the first key of the value's type
+        leaf = next((field for field, kind in fields.items() if type(value) is kind), None)
+        hint = f"; write {spelling.format(key=key, leaf=leaf, value=value)}" if leaf else ""
+        raise ConfigError(f"{where}config key '{key}' is a section (keys "
+                          f"{', '.join(fields)}), not a value{hint}")
 
 
 def _one_line(schema, error: OmegaConfBaseException) -> str:
@@ -110,11 +132,11 @@ def valid_keys(schema, dotted_parent: str) -> list[str]:
 
 
 def changed_keys(before: dict, after: dict) -> dict[str, tuple]:
-    """{dotted key: (before, after)} for every leaf that differs between two config trees."""
+    """{dotted key: (before, after)} for every leaf that differs between two config trees. A
+    key `before` lacks is one added to zoo since it was saved: not a change."""
     flat_before, flat_after = _flatten(before), _flatten(after)
-    keys = sorted(set(flat_before) | set(flat_after))
-    return {k: (flat_before.get(k), flat_after.get(k)) for k in keys
-            if flat_before.get(k) != flat_after.get(k)}
+    return {k: (flat_before[k], flat_after.get(k)) for k in sorted(flat_before)
+            if flat_before[k] != flat_after.get(k)}
 
 
 def _flatten(tree: dict, prefix: str = "") -> dict:

@@ -6,8 +6,10 @@ index. What a task builds from them lives with the task (zoo/tasks/).
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import os
+import sys
 from pathlib import Path
 from pydoc_data.topics import topics
 
@@ -23,6 +25,47 @@ BUILDERS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parq
 
 class DataError(UserError):
     """A data source, tokenizer or batch shape the pipeline cannot use."""
+
+
+@dataclasses.dataclass
+class Tally:
+    """The documents a source held: how many were kept and how many skipped, per reason, so
+    none vanishes unreported. A file of a type no reader takes (notes.csv in a folder of
+    .txt) counts as one file and one document, skipped. A reason is the phrase after its
+    count; "{s}" in it is the plural ending ("file{s} of unsupported type .csv")."""
+
+    files: int = 0  # files seen; 0 for a Hub dataset
+    kept: int = 0
+    reasons: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    def skip(self, reason: str) -> None:
+        self.reasons[reason] = self.reasons.get(reason, 0) + 1
+
+    @property
+    def skipped(self) -> int:
+        return sum(self.reasons.values())
+
+    def why(self) -> str:
+        """e.g. "60 without field 'text', 40 whose 'text' is not a string but int"."""
+        ranked = sorted(self.reasons.items(), key=lambda item: -item[1])
+        return ", ".join(f"{n:,} {reason.replace('{s}', 's' * (n != 1))}" for reason, n in ranked)
+
+    def check(self, source: str, limit: float) -> None:
+        """Refuse a source that lost more than `limit` of its documents; otherwise say in
+        one line on stderr what was skipped (nothing when nothing was)."""
+        if not self.skipped:
+            return
+        total = self.kept + self.skipped
+        if self.skipped > limit * total:
+            raise DataError(
+                f"data.source {source}: skipped {self.skipped:,} of {total:,} documents "
+                f"({self.skipped / total:.0%}), more than data.max_skipped_share={limit}: "
+                f"{self.why()}; fix the data (or data.text_field), or raise "
+                "data.max_skipped_share"
+            )
+        files = f" in {self.files:,} file{'s' * (self.files != 1)}" if self.files else ""
+        print(f"data: {total:,} documents{files}; skipped {self.skipped:,}: {self.why()}",
+              file=sys.stderr)
 
 
 # ---------------------------------------------------------------- tokenizer
@@ -126,21 +169,24 @@ def load_table(source: str, split: str = "train", subset: str | None = None):
     return hub_dataset(source, subset, split)
 
 
-def local_files(source: str) -> list[str] | None:
-    """The data files `source` names, or None if it is not a local path (a Hub name)."""
+def local_files(source: str, tally: Tally | None = None) -> list[str] | None:
+    """The data files `source` names, or None if it is not a local path (a Hub name). A
+    folder's files of other types are left out, counted in `tally` when given."""
     if glob.has_magic(source):
         files = sorted(f for f in glob.glob(os.path.expanduser(source)) if os.path.isfile(f))
         if not files:
             raise DataError(f"data.source glob {source} matches no files")
     elif os.path.isdir(os.path.expanduser(source)):
         root = os.path.expanduser(source)
-        files = sorted(
-            str(path)
-            for path in Path(root).rglob("*")
-            if path.suffix.lower() in BUILDERS and path.is_file() and not _hidden(path, root)
-        )
+        found = [path for path in Path(root).rglob("*")
+                 if path.is_file() and not _hidden(path, root)]
+        files = sorted(str(path) for path in found if path.suffix.lower() in BUILDERS)
         if not files:
             raise DataError(f"data.source folder {source} has no {'/'.join(BUILDERS)} files")
+        for path in found if tally is not None else ():
+            if path.suffix.lower() not in BUILDERS:
+                tally.files += 1
+                tally.skip(f"file{{s}} of unsupported type {path.suffix or '(no extension)'}")
     elif os.path.isfile(os.path.expanduser(source)):
         files = [os.path.expanduser(source)]
     elif _looks_like_path(source):
@@ -156,6 +202,8 @@ def local_files(source: str) -> list[str] | None:
         )
     if len({BUILDERS[k] for k in kinds}) > 1:
         raise DataError(f"data.source {source} mixes {', '.join(kinds)} files; use one kind")
+    if tally is not None:
+        tally.files += len(files)
     return files
 
 
@@ -164,6 +212,12 @@ def local_dataset(files: list[str], source: str, split: str, streaming: bool = F
 
     builder = BUILDERS[Path(files[0]).suffix.lower()]
     options = {"sample_by": "document"} if builder == "text" else {}  # a .txt file = 1 doc
+    # Its progress bar shows on big sources only, as the tokenizing bar: on small ones a
+    # refusal of the data stays one line.
+    small = sum(map(os.path.getsize, files)) < 2**26
+    quiet = small and not datasets.are_progress_bars_disabled()
+    if quiet:
+        datasets.disable_progress_bars()
     try:
         return datasets.load_dataset(builder, data_files={"train": files}, split=split,
                                      streaming=streaming, **options)
@@ -172,6 +226,9 @@ def local_dataset(files: list[str], source: str, split: str, streaming: bool = F
     except datasets.exceptions.DatasetGenerationError as error:
         cause = error.__cause__ or error
         raise DataError(f"could not read {source}: {_first_line(cause)}") from None
+    finally:
+        if quiet:
+            datasets.enable_progress_bars()
 
 
 def _hidden(path: Path, root: str) -> bool:

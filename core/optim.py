@@ -1,15 +1,20 @@
 """Optimizers and learning-rate schedules chosen by config.
 
 `optim.name` is a built-in (adamw, sgd) or `package.module:ClassName` for your own
-torch.optim.Optimizer. An optimizer whose `step()` returns a dict of tensors gets those
-logged as metrics (without leaving the step graph).
+torch.optim.Optimizer subclass, checked with the config (before a model exists): it is
+built with `lr` and `weight_decay`, or with `lr` alone when its constructor takes no
+`weight_decay` (a one-line warning then says optim.weight_decay is not applied, unless it
+is 0). An optimizer whose `step()` returns a dict of tensors gets those logged as metrics
+(without leaving the step graph).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
+import inspect
 import math
+import sys
 
 import torch
 from torch.optim.optimizer import _get_scalar_dtype
@@ -38,6 +43,8 @@ class OptimConfig:
         if len(self.betas) != 2 or not all(0 <= beta < 1 for beta in self.betas):
             raise ValueError(f"optim.betas must be two numbers in [0, 1), e.g. [0.9, 0.95], "
                              f"not {list(self.betas)}")
+        if self.name not in BUILT_IN:
+            custom_optimizer(self.name)
 
 
 @dataclasses.dataclass
@@ -56,6 +63,37 @@ class ScheduleConfig:
             raise ValueError(f"schedule.min_lr_ratio must be in [0, 1], not {self.min_lr_ratio}")
 
 
+BUILT_IN = ("adamw", "sgd")
+
+
+def custom_optimizer(name: str) -> tuple[type[torch.optim.Optimizer], bool]:
+    """(the class `package.module:ClassName` names, whether it takes weight_decay); a name
+    that is not one, or names no Optimizer subclass taking `lr` (the schedule sets it),
+    fails in one line."""
+    module_name, _, class_name = name.partition(":")
+    if not module_name or not class_name:
+        raise UserError(f"unknown optimizer optim.name={name}; use adamw, sgd or "
+                        "package.module:ClassName (a torch.optim.Optimizer subclass)")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise UserError(f"optim.name={name}: cannot import {module_name} ({error}); "
+                        "check the name and that the module is on PYTHONPATH") from None
+    cls = getattr(module, class_name, None)
+    if cls is None:
+        raise UserError(f"optim.name={name}: module {module_name} has no '{class_name}'")
+    if not (isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer)):
+        what = "a class but" if isinstance(cls, type) else f"a {type(cls).__name__},"
+        raise UserError(f"optim.name={name} is {what} not a torch.optim.Optimizer subclass; "
+                        "name one (e.g. torch.optim:Adam), or use adamw or sgd")
+    parameters = inspect.signature(cls).parameters
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+    if not takes_any and "lr" not in parameters:
+        raise UserError(f"optim.name={name}: its constructor takes no lr, which optim.lr "
+                        "and the schedule set; name an optimizer that takes one")
+    return cls, takes_any or "weight_decay" in parameters
+
+
 def build_optimizer(config: OptimConfig, params) -> torch.optim.Optimizer:
     params = list(params)
     if config.name == "adamw":
@@ -72,16 +110,13 @@ def build_optimizer(config: OptimConfig, params) -> torch.optim.Optimizer:
             params, lr=config.lr, momentum=config.betas[0], weight_decay=config.weight_decay,
             foreach=True,
         )
-    if ":" not in config.name:
-        raise UserError(
-            f"unknown optimizer '{config.name}'; use adamw, sgd or package.module:ClassName"
-        )
-    module_name, _, class_name = config.name.partition(":")
-    try:
-        cls = getattr(importlib.import_module(module_name), class_name)
-    except (ImportError, AttributeError) as error:
-        raise UserError(f"cannot load optimizer '{config.name}': {error}") from None
-    return cls(params, lr=config.lr, weight_decay=config.weight_decay)
+    cls, takes_weight_decay = custom_optimizer(config.name)
+    if takes_weight_decay:
+        return cls(params, lr=config.lr, weight_decay=config.weight_decay)
+    if config.weight_decay:
+        print(f"warning: optim.name={config.name} takes no weight_decay; training without "
+              f"optim.weight_decay={config.weight_decay}", file=sys.stderr)
+    return cls(params, lr=config.lr)
 
 
 class LazyTracedAdamW(torch.optim.AdamW):

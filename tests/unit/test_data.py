@@ -1,7 +1,6 @@
 import json
 import os
 import sys
-import time
 from itertools import islice
 from pathlib import Path
 
@@ -109,15 +108,15 @@ def test_missing_tokenizer_dir_and_unreachable_hub_are_one_line_errors(tmp_path,
 # ---------------------------------------------------------------- default corpus and packing
 
 
-def test_default_corpus_is_python_help_topics_and_tokenizes_fast(tok):
+def test_default_corpus_is_python_help_topics_and_tokenizes_in_rust(tok):
+    """Speed is a benchmark's business (tests/benchmarks); here: the Rust tokenizer."""
     from pydoc_data.topics import topics
 
     docs = data.default_documents()
     assert docs == [topics[k] for k in sorted(topics)] and len(docs) > 50
+    assert tok.is_fast
     packed_text._CORPORA.clear()
-    begin = time.perf_counter()
     batches = TokenBatches(DataConfig(), tok, seq_len=256, global_batch_size=8)
-    assert time.perf_counter() - begin < 10
     assert batches.num_documents == len(docs)
     assert batches.tokens_per_epoch > 50_000
     assert batches.num_sequences == -(-batches.tokens_per_epoch // 256)
@@ -243,7 +242,7 @@ def test_a_streamed_source_tokenizes_as_it_reads_and_matches_the_whole_read(tmp_
         DataConfig(source=source, max_documents=25, cache_dir=str(tmp_path / "a")), tok)
     streamed_config = DataConfig(source=source, streaming=True, max_documents=25,
                                  cache_dir=str(tmp_path / "b"))
-    texts, _ = packed_text.load_documents(streamed_config)
+    texts, _ = packed_text.load_documents(streamed_config, data.Tally())
     assert not isinstance(texts, list)  # an iterator: nothing is read ahead
     streamed = packed_text._tokenize(streamed_config, tok)
     assert whole.num_documents == streamed.num_documents == 25
@@ -272,10 +271,11 @@ def test_jsonl_with_custom_field_folder_and_glob(tmp_path, tok):
     write_jsonl(folder / "b.jsonl", DOCS[2:], field="content")
     for source in (folder, folder / "*.jsonl"):
         config = DataConfig(source=str(source), text_field="content")
-        assert packed_text.load_documents(config)[0] == DOCS
+        assert packed_text.load_documents(config, data.Tally())[0] == DOCS
         assert f"{len(DOCS)} docs" in describe(config)
     with pytest.raises(UserError) as excinfo:
-        packed_text.load_documents(DataConfig(source=str(folder)))  # text_field "text" is not there
+        # text_field "text" is not there
+        packed_text.load_documents(DataConfig(source=str(folder)), data.Tally())
     assert_one_line_user_error(excinfo, "no column 'text'", "content, id")
 
 
@@ -290,7 +290,8 @@ def test_an_edited_file_is_tokenized_again(tmp_path, tok):
 def test_txt_files_are_one_document_each(tmp_path, tok):
     for i, doc in enumerate(["line one\nline two\n\nafter a blank line\n", "second file"]):
         (tmp_path / f"{i}.txt").write_text(doc)
-    texts, _ = packed_text.load_documents(DataConfig(source=str(tmp_path / "*.txt")))
+    glob_source = DataConfig(source=str(tmp_path / "*.txt"))
+    texts, _ = packed_text.load_documents(glob_source, data.Tally())
     assert len(texts) == 2 and "after a blank line" in texts[0] and texts[1] == "second file"
     batches = TokenBatches(DataConfig(source=str(tmp_path)), tok, seq_len=8, global_batch_size=2)
     assert batches.num_documents == 2
@@ -303,7 +304,7 @@ def test_parquet_loads(tmp_path, tok):
 
     pq.write_table(pa.table({"text": DOCS, "n": list(range(len(DOCS)))}), tmp_path / "d.parquet")
     config = DataConfig(source=str(tmp_path / "d.parquet"))
-    assert packed_text.load_documents(config)[0] == DOCS
+    assert packed_text.load_documents(config, data.Tally())[0] == DOCS
     batch = TokenBatches(config, tok, seq_len=32, global_batch_size=2).batch(0)
     assert batch["input_ids"].shape == (2, 32)
 

@@ -14,7 +14,7 @@ from core.engine import TrainConfig
 from core.mesh import check_divides
 from core.remat import checkpointed
 from core.task import Task
-from zoo.tasks.packed_text import DataConfig, TokenBatches
+from zoo.tasks.packed_text import DataConfig, TokenBatches, tokenize_corpus
 
 
 @dataclasses.dataclass
@@ -119,6 +119,8 @@ class CausalLM(Task):
         tokenizer = tokenizer_for(config)
         if tokenizer is None:
             return config
+        # Read and check the documents now, before a model is built (data() reuses them).
+        tokenize_corpus(config.data, tokenizer)
         return with_token_ids(config, tokenizer, ("bos_token_id", "eos_token_id", "pad_token_id"))
 
     def data(self, config: LMTrainConfig, process_index: int, process_count: int) -> TokenBatches:

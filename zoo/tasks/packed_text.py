@@ -35,6 +35,7 @@ from core.data import (
     IGNORE_INDEX,
     DataError,
     EpochOrder,
+    Tally,
     check_seed,
     host_rows,
     load_tokenizer,
@@ -58,33 +59,41 @@ class DataConfig:
     # at once (a Hub dataset is not downloaded whole first)
     streaming: bool = False
     max_documents: int | None = None  # stop after this many documents (a stream may not end)
+    # refuse a source when more than this share of its documents is skipped (no text field,
+    # text that is not a string or is empty, a file of an unsupported type in a folder);
+    # below it the skipped counts are reported in one line
+    max_skipped_share: float = 0.1
 
     def __post_init__(self):
         check_seed(self.shuffle_seed)
         if self.max_documents is not None and self.max_documents < 1:
             raise ValueError(f"data.max_documents must be at least 1, got {self.max_documents}")
+        if not 0 <= self.max_skipped_share <= 1:  # NaN fails too
+            raise ValueError(f"data.max_skipped_share must be in [0, 1], "
+                             f"not {self.max_skipped_share}")
 
 
-def load_documents(config: DataConfig) -> tuple[Iterable[str], str]:
+def load_documents(config: DataConfig, tally: Tally) -> tuple[Iterable[str], str]:
     """(texts, where they came from, e.g. "default corpus (Python 3.11 help topics") for a
-    non-synthetic source; describe() completes the parenthesis with the counts. With
-    `streaming` the texts are an iterator that reads as it goes."""
+    non-synthetic source; describe() completes the parenthesis with the counts. `tally`
+    counts the documents kept and skipped as they are read (with `streaming` the texts are
+    an iterator that reads as it goes)."""
     source = config.source
     if source == "default":
         version = f"{sys.version_info.major}.{sys.version_info.minor}"
         return data.default_documents(), f"default corpus (Python {version} help topics"
-    files = data.local_files(source)
+    files = data.local_files(source, tally)
     if files is not None:
         dataset = data.local_dataset(files, source, config.split, config.streaming)
         field = "text" if BUILDERS[Path(files[0]).suffix.lower()] == "text" else config.text_field
-        return _texts(dataset, field, source), f"{source} ({len(files)} files"
+        return _texts(dataset, field, source, tally), f"{source} ({len(files)} files"
     subset = f"subset {config.subset}, " if config.subset else ""
     dataset = data.hub_dataset(source, config.subset, config.split, config.streaming)
     label = f"Hub dataset {source} ({subset}split {config.split}"
-    return _texts(dataset, config.text_field, source), label
+    return _texts(dataset, config.text_field, source, tally), label
 
 
-def _texts(dataset, field: str, source: str) -> Iterable[str]:
+def _texts(dataset, field: str, source: str, tally: Tally) -> Iterable[str]:
     columns = dataset.column_names  # None for a stream that does not declare its features
     if columns is not None and field not in columns:
         raise DataError(
@@ -92,9 +101,22 @@ def _texts(dataset, field: str, source: str) -> Iterable[str]:
             f"columns: {', '.join(columns)}"
         )
     if not hasattr(dataset, "__len__"):  # streaming: one example at a time
-        return (text for example in dataset
-                if isinstance(text := example.get(field), str) and text)
-    return [text for text in dataset[field] if isinstance(text, str) and text]
+        return (text for example in dataset if _kept(text := example.get(field), field, tally))
+    return [text for text in dataset[field] if _kept(text, field, tally)]
+
+
+def _kept(text, field: str, tally: Tally) -> bool:
+    """Whether `text` is a document to train on, counted as kept or skipped and why."""
+    if isinstance(text, str) and text:
+        tally.kept += 1
+        return True
+    if text is None:
+        tally.skip(f"without field '{field}'")
+    elif isinstance(text, str):
+        tally.skip(f"whose '{field}' is empty")
+    else:
+        tally.skip(f"whose '{field}' is not a string but {type(text).__name__}")
+    return False
 
 
 # ---------------------------------------------------------------- tokens
@@ -108,6 +130,7 @@ class Corpus:
     num_documents: int
     label: str  # see load_documents
     max_token: int
+    tally: Tally  # the source's documents kept and skipped, and why
 
 
 _CORPORA: dict[str, Corpus] = {}  # open each cached source once per process
@@ -115,7 +138,9 @@ _CORPORA: dict[str, Corpus] = {}  # open each cached source once per process
 
 def tokenize_corpus(config: DataConfig, tokenizer) -> Corpus:
     """The tokenized source: from the disk cache when it holds the same source files and
-    tokenizer, else tokenized now and cached. A Hub source is keyed by name, subset and split."""
+    tokenizer, else tokenized now and cached. A Hub source is keyed by name, subset and split.
+    Its skipped documents are checked against data.max_skipped_share (and reported) when it
+    is first opened in this process."""
     if tokenizer is None:
         raise DataError(f"data.source {config.source} needs a tokenizer (got None)")
     files = data.local_files(config.source) if config.source != "default" else None
@@ -127,9 +152,11 @@ def tokenize_corpus(config: DataConfig, tokenizer) -> Corpus:
         "tokenizer": _fingerprint(tokenizer),
     })
     if key not in _CORPORA:
+        corpus = _cached_corpus(config, tokenizer, key)
+        corpus.tally.check(config.source, config.max_skipped_share)
         if len(_CORPORA) >= 4:
             _CORPORA.pop(next(iter(_CORPORA)))
-        _CORPORA[key] = _cached_corpus(config, tokenizer, key)
+        _CORPORA[key] = corpus
     return _CORPORA[key]
 
 
@@ -144,14 +171,15 @@ def _fingerprint(tokenizer) -> list:
 def _cached_corpus(config: DataConfig, tokenizer, key: str) -> Corpus:
     root = token_cache.cache_root(config.cache_dir)
     cached = token_cache.load(root, key)
-    if cached is None:
+    if cached is None or "tally" not in cached[1]:  # an entry from before tallies were kept
         corpus = _tokenize(config, tokenizer)
         meta = {"num_documents": corpus.num_documents, "label": corpus.label,
-                "max_token": corpus.max_token}
+                "max_token": corpus.max_token, "tally": dataclasses.asdict(corpus.tally)}
         token_cache.store(root, key, corpus.tokens, meta)
         cached = token_cache.load(root, key)
     tokens, meta = cached
-    return Corpus(tokens, meta["num_documents"], meta["label"], meta["max_token"])
+    return Corpus(tokens, meta["num_documents"], meta["label"], meta["max_token"],
+                  Tally(**meta["tally"]))
 
 
 def _tokenize(config: DataConfig, tokenizer) -> Corpus:
@@ -163,7 +191,8 @@ def _tokenize(config: DataConfig, tokenizer) -> Corpus:
         )
     bos = tokenizer.bos_token_id
     prefix = [bos] if bos is not None and bos != eos else []  # GPT-2 style: EOS alone
-    texts, label = load_documents(config)
+    tally = Tally()
+    texts, label = load_documents(config, tally)
     total = len(texts) if hasattr(texts, "__len__") else None
     if total is not None and config.max_documents is not None:
         total = min(total, config.max_documents)
@@ -182,9 +211,10 @@ def _tokenize(config: DataConfig, tokenizer) -> Corpus:
             count += len(chunk)
             bar.update(len(chunk))
     if not count:
-        raise DataError(f"data.source {config.source} has no non-empty documents")
+        skipped = f": skipped {tally.why()}" if tally.skipped else ""
+        raise DataError(f"data.source {config.source} has no non-empty documents{skipped}")
     tokens = np.concatenate(pieces)
-    return Corpus(tokens, count, label, int(tokens.max()))
+    return Corpus(tokens, count, label, int(tokens.max()), tally)
 
 
 class TokenBatches:
