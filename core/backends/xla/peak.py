@@ -52,3 +52,10 @@ def _chains_per_second(a, b, chain: int, seconds: float) -> float:
         runs += 1
     del product
     return runs / (time.perf_counter() - start)
+
+
+def quick_cpu_peak(dtype_name: str) -> float:
+    """One 0.1 s window of single 2048-square matmuls after a 0.1 s warm-up (0.5-1 s on a
+    loaded 2-core VM, where the full measurement took 2.7 s): cheap enough for every
+    run to re-check a remembered peak that was measured while other work slowed the host."""
+    return calibrate_cpu_peak(dtype_name, windows=1, seconds=0.1, chain=1).flops
