@@ -2,10 +2,12 @@
 optimizer numbers, mesh axes against the model, data sources, checkpoints, run folders,
 generation limits, topologies, eval tasks, bench suites, the TPU launcher and new family
 names: a non-zero exit, one line on stderr naming what was wrong and what to do, no
-traceback, an answer within 15 s, and every existing file byte-for-byte unchanged. ({d} is a
-scratch folder holding the files below.) Each command is a fork of one process that has
-imported the CLI, torch and torch_xla (tests/support/forked_cli.py): the ~2 s of start-up
-imports every command would repeat are paid once, and not counted in the 15 s."""
+traceback, no model built on the way (off the meta device, where building one is only
+bookkeeping: the refusal comes before any work, which is what "quick" means on a machine
+however busy), and every existing file byte-for-byte unchanged.
+({d} is a scratch folder holding the files below.) Each command is a fork of one process
+that has imported the CLI, torch and torch_xla (tests/support/forked_cli.py): the ~2 s of
+start-up imports every command would repeat are paid once."""
 
 import pytest
 
@@ -21,6 +23,17 @@ FILES = {
     "t5run/config.yaml": "model_name: t5-tiny\n",
     "hf_damaged/config.json": "{\n",
     "hf_bert/config.json": '{"architectures": ["BertModel"], "model_type": "bert"}\n',
+    "hf_list/config.json": "[]\n",
+    "empty_suite.yaml": "",
+    "empty_list_suite.yaml": "[]\n",
+    "steps_suite.yaml": "- steps: 3\n",
+    "no_model_suite.yaml": "- name: a\n",
+    "bad_tasks/t.yaml": "task: [x\n",
+    "half.jsonl": '{"text": "one document"}\n{"body": "no text field"}\n{"text": "another"}\n'
+                  '{"text": 3}\n',
+    "mixed/a.txt": "some text\n",
+    "mixed/notes.csv": "a,b\n",
+    "section.yaml": "optim: 0.001\n",
 }
 ZONE = ["--zone", "us-central2-b", "--dry-run"]
 CASES = [
@@ -30,7 +43,7 @@ CASES = [
     (["train", "llama-tiny", "nosuch=1"], "unknown config key 'nosuch'; valid keys at the top"),
     (["train", "llama-tiny", "steps=abc"], "bad value for config key 'steps'"),
     (["train", "llama-tiny", "steps=-5"], "steps must be at least 1, not -5"),
-    (["train", "llama-tiny", "--steps", "0"], "steps must be at least 1, not 0"),
+    (["train", "llama-tiny", "--steps", "0"], "'--steps': 0 is not in the range x>=1."),
     (["train", "llama-tiny", "global_batch_size=0"], "global_batch_size must be at least 1"),
     (["train", "llama-tiny", "log_every=0"], "log_every must be at least 1"),
     (["train", "llama-tiny", "precision=fp8"], "precision must be auto, fp32 or bf16, not fp8"),
@@ -89,6 +102,32 @@ CASES = [
     (["train", "llama-tiny", "data.tokenizer={d}/missing"], "tokenizer dir"),
     (["train", "vit-tiny", "data.source={d}/empty"], "is not a folder of train/<class>/"),
     (["train", "llama-tiny", "--init-from", "{d}/empty"], "not a Hugging Face checkpoint"),
+    (["train", "llama-tiny", "data.source={d}/half.jsonl"],
+     "skipped 2 of 4 documents (50%), more than data.max_skipped_share=0.1: 1 without field "
+     "'text', 1 whose 'text' is not a string but int"),
+    (["train", "llama-tiny", "data.source={d}/mixed"],
+     "skipped 1 of 2 documents (50%), more than data.max_skipped_share=0.1: 1 file of "
+     "unsupported type .csv"),
+    (["train", "llama-tiny", "data.max_skipped_share=2"],
+     "data.max_skipped_share must be in [0, 1], not 2.0"),
+    (["train", "llama-tiny", "--config", "{d}/section.yaml"],
+     "section.yaml: config key 'optim' is a section (keys name, lr, weight_decay, betas, eps, "
+     "grad_clip), not a value; write optim: {lr: 0.001}"),
+    (["train", "llama-tiny", "optim=0.001"],
+     "config key 'optim' is a section (keys name, lr, weight_decay, betas, eps, grad_clip), "
+     "not a value; write optim.lr=0.001"),
+    (["train", "llama-tiny", "optim.name=json:dumps"],
+     "optim.name=json:dumps is a function, not a torch.optim.Optimizer subclass"),
+    (["train", "llama-tiny", "optim.name=collections:OrderedDict"],
+     "optim.name=collections:OrderedDict is a class but not a torch.optim.Optimizer subclass"),
+    (["train", "llama-tiny", "optim.name=zoo_no_such_module:Opt"],
+     "optim.name=zoo_no_such_module:Opt: cannot import zoo_no_such_module"),
+    (["train", "llama-tiny", "optim.name=torch.optim:NoSuch"],
+     "optim.name=torch.optim:NoSuch: module torch.optim has no 'NoSuch'"),
+    (["train", "llama-tiny", "optim.name=torch.optim:Optimizer"],
+     "optim.name=torch.optim:Optimizer: its constructor takes no lr"),
+    (["train", "llama-tiny", "optim.name=adam"],
+     "unknown optimizer optim.name=adam; use adamw, sgd or package.module:ClassName"),
     # slices and memory
     (["train", "llama-1b", "--tpu", "v4-32"], "needs that TPU slice, but this machine has no TPU"),
     (["train", "llama-tiny", "--tpu", "v9-8"], "unknown slice type 'v9-8'; valid forms"),
@@ -103,7 +142,7 @@ CASES = [
     # command-line usage
     (["train"], "Missing argument 'MODEL'. (see zoo train --help)"),
     (["generate", "{d}/run", "--prompt", "hi", "--max-new-tokens", "abc"],
-     "'abc' is not a valid integer. (see zoo generate --help)"),
+     "'abc' is not a valid integer range. (see zoo generate --help)"),
     (["nosuchcommand"], "No such command 'nosuchcommand'. (see zoo --help)"),
     # outputs and checkpoint locations that are URLs, and how a run treats its numbers
     (["export", "{d}/run", "gs://b/hf"], "zoo export OUT gs://b/hf: this writes a local folder"),
@@ -136,10 +175,13 @@ CASES = [
     (["generate", "{d}/run", "--prompt", "hi", "--max-new-tokens", "100000"],
      "need more positions than the model has (8192, model.max_position_embeddings)"),
     (["generate", "{d}/run", "--prompt", "hi", "--max-new-tokens", "0"],
-     "--max-new-tokens must be at least 1, not 0"),
+     "'--max-new-tokens': 0 is not in the range x>=1."),
     (["generate", "{d}/run", "--prompt", "hi", "--temperature", "nan"],
-     "--temperature must be a finite number >= 0 (0: greedy), not nan"),
-    (["generate", "{d}/run", "--prompt", "hi", "--top-k", "-1"], "--top-k must be >= 0"),
+     "'--temperature': nan is not a finite number."),
+    (["generate", "{d}/run", "--prompt", "hi", "--top-k", "-1"],
+     "'--top-k': -1 is not in the range x>=0."),
+    (["generate", "{d}/run", "--prompt", "hi", "--seed", "-1"],
+     "'--seed': -1 is not in the range x>=0."),
     (["generate", "{d}/t5run", "--prompt", "hi"],
      "t5run is a t5-tiny run (seq2seq); zoo generate continues prompts with causal language"),
     # evaluation
@@ -152,17 +194,48 @@ CASES = [
      "unreachable from here (offline?); use the local sample tasks (arc_easy_sample, "
      "hellaswag_sample) or run where the Hub is reachable"),
     (["eval", "{d}/run", "--tasks", "{d}/no_tasks"], "has no YAML declaring a `task:`"),
+    (["eval", "{d}/run", "--tasks", ","], "--tasks ',' names no task; give comma-separated"),
+    (["eval", "{d}/run", "--tasks", "arc_easy_sample", "--limit", "0"],
+     "Invalid value for '--limit': 0 is not in the range x>=1. (see zoo eval --help)"),
+    (["eval", "{d}/run", "--tasks", "arc_easy_sample", "--limit", "-3"],
+     "'--limit': -3 is not in the range x>=1."),
+    (["eval", "{d}/run", "--tasks", "arc_easy_sample", "--batch-size", "0"],
+     "'--batch-size': 0 is not in the range x>=1."),
+    (["eval", "{d}/run", "--tasks", "arc_easy_sample", "--num-fewshot", "-1"],
+     "'--num-fewshot': -1 is not in the range x>=0."),
+    (["eval", "{d}/run", "--tasks", "{d}/bad_tasks"],
+     "bad_tasks/t.yaml is not valid YAML at line 2"),
+    (["eval", "{d}/hf_damaged", "--tasks", "arc_easy_sample"],
+     "hf_damaged/config.json is damaged (not JSON"),
+    (["eval", "{d}/hf_list", "--tasks", "arc_easy_sample"], "hf_list/config.json holds no model"),
+    (["eval", "{d}/hf_bert", "--tasks", "arc_easy_sample"],
+     "holds BertModel, not a causal language model transformers knows"),
     # benchmarks
     (["bench", "--suite", "{d}/missing.yaml"], "no benchmark suite"),
     (["bench", "--suite", "{d}/not_yaml.yaml"], "is not valid YAML"),
     (["bench", "--suite", "{d}/suite_dict.yaml"], "must be a list of entries"),
     (["bench", "--models", "nosuch"], "no entries of ['nosuch'] in suite default"),
     (["bench", "--baseline", "{d}/not_yaml.yaml"], "is not a zoo bench results.json"),
+    (["bench", "--suite", "{d}/empty_suite.yaml"], "empty_suite.yaml has no entries"),
+    (["bench", "--suite", "{d}/empty_list_suite.yaml"], "empty_list_suite.yaml has no entries"),
+    (["bench", "--suite", "{d}/steps_suite.yaml"],
+     "steps_suite.yaml: entry 1 (unnamed) has unknown keys ['steps']"),
+    (["bench", "--suite", "{d}/no_model_suite.yaml"],
+     "no_model_suite.yaml: entry 1 (a) needs a `model:`, e.g. model: llama-tiny"),
+    (["bench", "--steps", "0"], "'--steps': 0 is not in the range x>=1. (see zoo bench --help)"),
+    (["bench", "--tolerance", "nan"], "'--tolerance': nan is not a finite number."),
+    (["plan", "llama-8b", "--tpu", "v5p-128", "--target-mfu", "0"],
+     "'--target-mfu': 0.0 is not in the range 0<x<=1."),
+    (["plan", "llama-8b", "--tpu", "v5p-128", "--target-mfu", "nan"],
+     "'--target-mfu': nan is not a finite number."),
     # the TPU launcher and scaffolding
     (["tpu", "create", "bad name;rm", "--tpu", "v4-8", *ZONE], "is not a valid TPU VM name"),
     (["tpu", "create", "ok-name", "--tpu", "v4-8"], "no zone: pass --zone"),
     (["tpu", "create", "ok-name", "--tpu", "v9-8", *ZONE], "unknown slice type 'v9-8'"),
     (["tpu", "logs", "Bad_Name", *ZONE], "'Bad_Name' is not a valid TPU VM name"),
+    (["tpu", "sync", "Bad_Name", *ZONE], "'Bad_Name' is not a valid TPU VM name"),
+    (["tpu", "sync", "node", *ZONE, "--slices", "0"], "0 is not in the range x>=1"),
+    (["tpu", "setup", "bad name;rm", *ZONE], "is not a valid TPU VM name"),
     (["train", "llama-tiny", "--on", "node"], "--on needs --tpu TYPE"),
     (["new-model", "Bad-Name"], "must be lowercase letters, digits and underscores"),
     (["new-model", "llama"], "a family called 'llama' is already registered"),
@@ -197,14 +270,14 @@ def files(folder) -> dict:
 
 
 @pytest.mark.parametrize("case", range(len(CASES)), ids=[" ".join(a) for a, _ in CASES])
-def test_bad_input_is_one_line_nonzero_and_quick(answers, case):
+def test_bad_input_is_one_line_nonzero_and_before_any_model(answers, case):
     result = answers["results"][case]
     message = CASES[case][1]
     lines = result["stderr"].strip().splitlines()
     assert result["returncode"] != 0
     assert len(lines) == 1 and message in lines[0], result["stderr"][-2000:]
     assert "Traceback" not in result["stderr"] + result["stdout"]
-    assert result["seconds"] < 15, f"{result['seconds']:.1f} s"
+    assert result["modules_built"] == 0, f"{result['modules_built']} torch modules built"
 
 
 def test_no_bad_input_changed_or_wrote_a_file(answers):

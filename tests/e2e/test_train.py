@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -30,13 +31,32 @@ def checkpoints(run: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def reference_run(tmp_path_factory):
-    """An uninterrupted 12-step run on 4 devices (checkpoint every 4 steps)."""
+def two_starts(tmp_path_factory):
+    """An uninterrupted 12-step run on 4 devices (checkpoint every 4 steps), started twice
+    at the same moment into a folder that does not exist yet: (run folder, the start that
+    trained, the other one)."""
     out = tmp_path_factory.mktemp("ref") / "run"
-    result = zoo("train", "llama-tiny", "--tpu", "cpu-4", "--steps", "12", "--out", str(out),
-                 "checkpoint_every=4", *SMALL)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return out, result
+    args = ("train", "llama-tiny", "--tpu", "cpu-4", "--steps", "12", "--out", str(out),
+            "checkpoint_every=4", *SMALL)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        trained, refused = sorted(pool.map(lambda _: zoo(*args), range(2)),
+                                  key=lambda result: result.returncode)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    return out, trained, refused
+
+
+@pytest.fixture(scope="module")
+def reference_run(two_starts):
+    return two_starts[:2]
+
+
+def test_of_two_identical_starts_one_trains_the_other_is_refused_naming_the_lock(two_starts):
+    """Neither start's checks remove what the other made (the write probe removes only what
+    it made; the lock is linked into place whole), so the winner's run is intact."""
+    out, _, refused = two_starts
+    assert refused.returncode == 1, refused.stderr[-3000:]
+    assert "Traceback" not in refused.stderr
+    assert f"(lock {out}/.lock)" in refused.stderr.strip().splitlines()[-1]
 
 
 def test_run_writes_metrics_config_and_checkpoints(reference_run):

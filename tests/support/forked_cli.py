@@ -4,7 +4,9 @@ Each child is otherwise the command a user runs: its own process and environment
 status, its stdout and stderr (file descriptors, so C-level output is caught too), an
 uncaught exception printed as Python prints it. Two run at a time; the parent starts no
 threads and no XLA runtime, so forking it is safe. Records, per command, returncode, stdout,
-stderr and seconds from fork to exit (start-up imports excluded).
+stderr, seconds from fork to exit (start-up imports excluded), and how many torch modules
+it built off the meta device: a refusal that built none did no model work, which is what "quick" means here,
+however busy the machine (a command that hangs is killed after TIMEOUT_S).
 Usage (from the repo root): python -m tests.support.forked_cli COMMANDS.json OUT.json
 (COMMANDS.json: a list of argument lists, e.g. [["train", "nosuchmodel"]])"""
 
@@ -20,18 +22,20 @@ from pathlib import Path
 from core import runtime
 
 runtime.configure()
-import torch  # noqa: E402, F401  (imported once, before forking)
+import torch  # noqa: E402  (imported once, before forking)
 import torch_xla  # noqa: E402, F401
 
 from tools.cli import cli  # noqa: E402
 
 PARALLEL = 2
-TIMEOUT_S = 60
+TIMEOUT_S = 600  # a hang, not a slow answer: the machine may be busy
 
 
-def child(args: list[str], out: Path, err: Path) -> None:
-    """Runs in the fork: the command's output into `out` and `err`; never returns."""
+def child(args: list[str], out: Path, err: Path, built: Path) -> None:
+    """Runs in the fork: the command's output into `out` and `err`, the number of torch
+    modules it built into `built`; never returns."""
     code = 1
+    modules = count_modules_built()
     try:
         for fd, path in ((1, out), (2, err)):
             os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
@@ -46,7 +50,22 @@ def child(args: list[str], out: Path, err: Path) -> None:
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
+        built.write_text(str(modules[0]))
         os._exit(code)
+
+
+def count_modules_built() -> list[int]:
+    """A one-item list counting every torch.nn.Module made from now on in this process
+    outside the meta device (where a model is only bookkeeping: shapes, parameter counts)."""
+    count = [0]
+    make = torch.nn.Module.__init__
+
+    def counted(self, *args, **kwargs):
+        count[0] += torch.get_default_device().type != "meta"
+        make(self, *args, **kwargs)
+
+    torch.nn.Module.__init__ = counted
+    return count
 
 
 def run_all(commands: list[list[str]], scratch: Path) -> list[dict]:
@@ -54,19 +73,20 @@ def run_all(commands: list[list[str]], scratch: Path) -> list[dict]:
     while queue or running:
         while queue and len(running) < PARALLEL:
             index, args = queue.pop(0)
-            out, err = scratch / f"{index}.out", scratch / f"{index}.err"
+            out, err, built = (scratch / f"{index}.{kind}" for kind in ("out", "err", "built"))
             sys.stdout.flush()
             sys.stderr.flush()
             pid = os.fork()
             if pid == 0:
-                child(args, out, err)
-            running[pid] = (index, out, err, time.monotonic())
+                child(args, out, err, built)
+            running[pid] = (index, out, err, built, time.monotonic())
         pid, status = reap(running)
-        index, out, err, start = running.pop(pid)
+        index, out, err, built, start = running.pop(pid)
         results[index] = {"returncode": os.waitstatus_to_exitcode(status),
                           "stdout": out.read_text(errors="replace"),
                           "stderr": err.read_text(errors="replace"),
-                          "seconds": time.monotonic() - start}
+                          "seconds": time.monotonic() - start,
+                          "modules_built": int(built.read_text()) if built.exists() else None}
     return results
 
 
@@ -77,7 +97,7 @@ def reap(running: dict) -> tuple[int, int]:
         if pid:
             return pid, status
         now = time.monotonic()
-        for late, (_, _, _, start) in running.items():
+        for late, (*_, start) in running.items():
             if now - start > TIMEOUT_S:
                 os.kill(late, signal.SIGKILL)
         time.sleep(0.02)

@@ -50,7 +50,7 @@ def forked_zoo(commands: list[list[str]], scratch: Path) -> list[dict]:
     offline = {**env(), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     forked = subprocess.run([sys.executable, "-m", "tests.support.forked_cli",
                              str(scratch / "commands.json"), str(scratch / "answers.json")],
-                            env=offline, cwd=ROOT, capture_output=True, text=True, timeout=900)
+                            env=offline, cwd=ROOT, capture_output=True, text=True, timeout=3600)
     assert forked.returncode == 0, forked.stderr[-3000:]
     return json.loads((scratch / "answers.json").read_text())
 
