@@ -5,8 +5,9 @@ status, its stdout and stderr (file descriptors, so C-level output is caught too
 uncaught exception printed as Python prints it. Two run at a time; the parent starts no
 threads and no XLA runtime, so forking it is safe. Records, per command, returncode, stdout,
 stderr, seconds from fork to exit (start-up imports excluded), and how many torch modules
-it built off the meta device: a refusal that built none did no model work, which is what "quick" means here,
-however busy the machine (a command that hangs is killed after TIMEOUT_S).
+it built off the meta device: a refusal that built none did no model work, which is what
+"quick" means here, however busy the machine (a command that hangs is killed after
+TIMEOUT_S).
 Usage (from the repo root): python -m tests.support.forked_cli COMMANDS.json OUT.json
 (COMMANDS.json: a list of argument lists, e.g. [["train", "nosuchmodel"]])"""
 
