@@ -187,6 +187,8 @@ CASES = [
     # evaluation
     (["eval", "{d}/missing", "--tasks", "arc_easy_sample"], "missing does not exist"),
     (["eval", "{d}/run"], "--tasks is required for language models"),
+    (["eval", "/proc/sys", "--tasks", "arc_easy_sample"],  # a folder this user cannot write
+     "/proc/sys is read-only, and zoo eval writes its results there; pass --out DIR"),
     (["eval", "{d}/run", "--tasks", "nosuchtask"],
      "unknown task 'nosuchtask'; sample tasks (offline): arc_easy_sample, hellaswag_sample"),
     (["eval", "{d}/run", "--tasks", "arc,hellaswag"],

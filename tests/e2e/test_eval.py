@@ -83,6 +83,7 @@ def test_export_loads_in_transformers_and_gives_the_zoo_logits(runs):
     out = runs["tmp"] / "export"
     result = zoo("export", str(runs["trained"]), str(out))
     assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.startswith("exported step 200 (") and "LlamaForCausalLM" in result.stdout
     files = {p.name for p in out.iterdir()}
     assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
             "generation_config.json"} <= files

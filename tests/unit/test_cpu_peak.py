@@ -29,7 +29,22 @@ def measured(monkeypatch, tmp_path):
 
     monkeypatch.setattr(cpu_peak, "calibrate_cpu_peak", calibrate)
     monkeypatch.setattr(cpu_peak, "quick_cpu_peak", quick)
+    monkeypatch.setattr(cpu_peak, "RECHECK_EVERY_S", 0)  # every run re-checks
     return fake
+
+
+def test_runs_minutes_apart_share_one_recheck(measured, monkeypatch):
+    monkeypatch.setattr(cpu_peak, "RECHECK_EVERY_S", 600)
+    now = [1e9]
+    monkeypatch.setattr(cpu_peak.time, "time", lambda: now[0])
+    first = cpu_peak.remembered_cpu_peak("float32", 1)
+    now[0] += 300
+    assert cpu_peak.remembered_cpu_peak("float32", 1) == first  # trusted: measured just now
+    now[0] += 400
+    assert cpu_peak.remembered_cpu_peak("float32", 1) == first  # re-checked, still good
+    now[0] += 300
+    assert cpu_peak.remembered_cpu_peak("float32", 1) == first  # trusted: re-checked just now
+    assert measured.calls == ["float32", "quick float32"]
 
 
 def test_measured_once_then_remembered_per_dtype_and_devices(measured, tmp_path):

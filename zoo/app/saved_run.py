@@ -59,7 +59,6 @@ def newest_weights(path: str | Path) -> tuple[str, dict]:
     newer one took its place): then the newest is read again, and said so."""
     for _ in range(ROTATION_RETRIES):
         folder = checkpoint_of(path)
-        print(f"reading the weights of {folder}", file=sys.stderr)  # minutes for a large model
         try:
             return folder, load_checkpoint(folder)
         except (OSError, UserError):
