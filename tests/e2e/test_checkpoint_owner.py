@@ -14,6 +14,10 @@ import pytest
 
 from tests.support.runs import popen_zoo, zoo
 
+# by default: tests/unit/test_location_lease.py (owner and lease refusals, a live lease, a
+# lease left behind) and tests/e2e/test_damaged_files.py (a damaged owner record)
+pytestmark = pytest.mark.slow
+
 TINY = ["llama-tiny", "steps=2", "checkpoint_every=1", "global_batch_size=2", "seq_len=32"]
 
 
@@ -66,7 +70,6 @@ def test_refusals_wrote_nothing(owned):
     assert snapshot(scratch) == before
 
 
-@pytest.mark.slow  # by default: a second writer is refused (the test above)
 def test_a_copy_of_the_run_waits_for_the_writing_one(owned):
     scratch, location, _, _ = owned
     shutil.copytree(scratch / "a", scratch / "copy")  # the same run, on another VM's disk

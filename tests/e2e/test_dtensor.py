@@ -55,6 +55,7 @@ def test_two_processes_train_as_the_xla_backend(dtensor_run, xla_run):
     assert (dtensor_run / "checkpoints" / "step-00000006" / "manifest.json").exists()
 
 
+@pytest.mark.slow  # by default the two backends' losses agree (above); export reads DCP either way
 def test_either_backends_checkpoint_exports_the_same_weights(dtensor_run, xla_run, tmp_path):
     """`zoo export` reads a dtensor run's checkpoint as it reads an xla run's: the two
     Hugging Face folders hold the same tensors (trained to the same losses)."""

@@ -37,6 +37,7 @@ def test_sigkill_then_rerun_resumes_with_identical_losses(trained, tmp_path):
     assert losses(tmp_path / "run") == losses(trained)
 
 
+@pytest.mark.slow  # by default every family's export loads (tests/multidevice/test_conformance.py)
 def test_export_loads_in_transformers_with_our_logits(trained, tmp_path):
     from core.store.checkpoint import load_checkpoint
     from zoo.mixtral.config import SIZES

@@ -12,6 +12,9 @@ import torch
 from core.store.checkpoint import load_checkpoint
 from tests.support.runs import zoo
 
+# by default: tests/unit/test_nan_guard.py (the guard under each policy)
+pytestmark = pytest.mark.slow
+
 DIVERGES = ["llama-tiny", "steps=4", "checkpoint_every=1", "keep_checkpoints=4",
             "global_batch_size=2", "seq_len=32", "optim.lr=1e12", "optim.grad_clip=0",
             "schedule.warmup_steps=1"]

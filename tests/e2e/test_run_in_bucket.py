@@ -6,6 +6,8 @@ eval read the run where it is."""
 import json
 import shutil
 
+import pytest
+
 from tests.support.runs import zoo
 
 ARGS = ["llama-tiny", "checkpoint_every=3", "log_every=2", "wandb.project=zoo-tests",
@@ -46,6 +48,7 @@ def test_a_run_in_a_bucket_continues_after_its_vm_is_recreated(tmp_path, monkeyp
     assert (run / "hf" / "step-00000009" / "model.safetensors").is_file()
 
 
+@pytest.mark.slow  # by default a failed start leaves no local folder (test_bad_inputs)
 def test_a_failed_start_in_a_bucket_leaves_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("ZOO_CACHE", str(tmp_path / "disk"))
     out = f"file://{tmp_path}/bucket/run"

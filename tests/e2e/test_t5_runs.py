@@ -28,6 +28,7 @@ def test_sigkill_then_rerun_resumes_with_identical_losses(trained, tmp_path):
     assert losses(tmp_path / "run") == losses(trained)
 
 
+@pytest.mark.slow  # by default every family's export loads (tests/multidevice/test_conformance.py)
 def test_export_loads_in_transformers_and_generates(trained, tmp_path):
     exported = zoo("export", str(trained), str(tmp_path / "hf"))
     assert exported.returncode == 0, exported.stderr[-2000:]

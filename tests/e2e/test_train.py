@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.support.runs import (
     kill_after_first_checkpoint_then_rerun,
@@ -101,6 +102,8 @@ def test_sigterm_saves_and_exits_cleanly(tmp_path):
     assert len(saved) == 1 and int(saved[0].split("-")[1]) >= 3
 
 
+@pytest.mark.slow  # by default: custom optimizers in tests/unit/test_bad_config_files.py, offline
+# W&B in tests/e2e/test_hosts.py and test_run_in_bucket.py
 def test_custom_optimizer_metrics_reach_jsonl_and_offline_wandb(tmp_path, monkeypatch):
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.delenv("WANDB_MODE", raising=False)
@@ -114,6 +117,7 @@ def test_custom_optimizer_metrics_reach_jsonl_and_offline_wandb(tmp_path, monkey
     assert list((out / "wandb").glob("offline-run-*")), "no key: wandb must log offline"
 
 
+@pytest.mark.slow  # by default a profile is captured for TensorBoard by tests/e2e/test_bench.py
 def test_validation_tensorboard_and_a_profile_window(tmp_path):
     out = tmp_path / "run"
     result = zoo("train", "llama-tiny", "--tpu", "cpu-1", "--steps", "8", "--out", str(out),
@@ -152,6 +156,7 @@ def test_generate_from_a_run(reference_run):
     assert result.stdout.startswith("The")
 
 
+@pytest.mark.slow  # two more runs; grad_accum's config checks run by default (test_bad_inputs)
 def test_grad_accumulation_matches_one_big_batch(tmp_path):
     side_by_side([("train", "llama-tiny", "--tpu", "cpu-1", "--steps", "3", "--out",
                    str(tmp_path / f"accum{accum}"), f"grad_accum={accum}",
@@ -195,20 +200,22 @@ def test_init_from_a_hugging_face_directory(tmp_path):
 def test_resume_refuses_other_settings_and_allows_harmless_ones(reference_run, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(reference_run[0], run)
-    saved = (run / "config.yaml").read_bytes()
     base = ["train", "llama-tiny", "--tpu", "cpu-4", "--steps", "12", "--out", str(run),
             "checkpoint_every=4", *SMALL]
-    changed = zoo(*base, "optim.lr=5e-3", "seq_len=32")
+    with ThreadPoolExecutor(max_workers=2) as pool:  # the refusal takes no lock: side by side
+        changed, harmless = pool.map(lambda extra: zoo(*base, *extra),
+                                     [("optim.lr=5e-3", "seq_len=32"), ("keep_checkpoints=5",)])
     assert changed.returncode != 0 and len(changed.stderr.strip().splitlines()) == 1
     assert "other settings (optim.lr: 0.001 -> 0.005, seq_len: 64 -> 32)" in changed.stderr
     assert "--force-resume" in changed.stderr and "Traceback" not in changed.stderr
-    assert (run / "config.yaml").read_bytes() == saved
-    harmless = zoo(*base, "keep_checkpoints=5")
     assert harmless.returncode == 0 and "nothing to do" in harmless.stdout, harmless.stderr
+    config = yaml.safe_load((run / "config.yaml").read_text())  # the refusal wrote nothing
+    assert (config["optim"]["lr"], config["seq_len"]) == (0.001, 64)
     forced = zoo(*base, "optim.lr=5e-3", "--force-resume")
     assert forced.returncode == 0 and "nothing to do" in forced.stdout, forced.stderr
 
 
+@pytest.mark.slow  # by default: the two identical starts above, and tests/unit/test_run_lock.py
 def test_a_second_run_in_a_busy_folder_exits_naming_the_holder(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
@@ -221,6 +228,8 @@ def test_a_second_run_in_a_busy_folder_exits_naming_the_holder(tmp_path):
     assert sorted(p.name for p in run.iterdir()) == [".lock"]  # nothing written
 
 
+@pytest.mark.slow  # by default: set aside and restored in tests/multidevice/test_checkpoint.py,
+# refused by export in tests/e2e/test_damaged_files.py
 def test_a_damaged_newest_checkpoint_is_set_aside_and_the_run_resumes_exactly(
         reference_run, tmp_path):
     run = tmp_path / "run"
