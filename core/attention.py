@@ -2,7 +2,8 @@
 the backend's choice. The xla backend's program is the plain product below, which XLA
 fuses (a family picks Pallas flash attention on a TPU itself, for its sharding); the
 dtensor backend turns on torch's fused kernels (`scaled_dot_product_attention`: flash
-kernels on GPUs, TorchTPU's fused kernel on TPUs). Off any backend (eager CPU, the FLOP
+kernels on GPUs, TorchTPU's fused kernel on TPUs; with packed documents, SDPA with their
+block mask, which torch runs with its memory-efficient kernel). Off any backend (eager CPU, the FLOP
 counter, parity tests) it is the plain product too."""
 
 from __future__ import annotations
@@ -21,22 +22,36 @@ def use_fused_kernels() -> None:
     _fused_kernels = True
 
 
-def causal_attention(q, k, v):
-    """[batch, heads, seq, head_dim] queries, keys and values -> the attended values."""
+def causal_attention(q, k, v, segment_ids=None):
+    """[batch, heads, seq, head_dim] queries, keys and values -> the attended values.
+
+    `segment_ids` [batch, seq] keeps packed documents apart: a position attends only to
+    earlier positions of its own segment (padding is a segment of its own, so no row of the
+    mask is empty)."""
     if _fused_kernels:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    return plain_causal_attention(q, k, v)
+        if segment_ids is None:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed(segment_ids, q))
+    return plain_causal_attention(q, k, v, segment_ids)
 
 
-def plain_causal_attention(q, k, v):
-    """Softmax attention with a causal mask; scores in fp32 for stability.
+def allowed(segment_ids, q) -> torch.Tensor:
+    """[batch or 1, 1, seq, seq] bool: where a query may attend to a key (causal, and
+    within its segment when `segment_ids` is given)."""
+    seq = q.shape[-2]
+    mask = torch.ones(seq, seq, dtype=torch.bool, device=q.device).tril()[None, None]
+    if segment_ids is None:
+        return mask
+    return mask & (segment_ids[:, None, :, None] == segment_ids[:, None, None, :])
+
+
+def plain_causal_attention(q, k, v, segment_ids=None):
+    """Softmax attention with a causal (and segment) mask; scores in fp32 for stability.
 
     The mask is applied with `where` and a finite floor: `masked_fill` gave wrong gradients
     under scan with min-cut rematerialisation (torch_xla 2.9).
     """
-    seq = q.shape[-2]
     # einsum, not @: `@` merges batch and heads, and libtpu then gathers tensor-split heads
     scores = torch.einsum("bhqd,bhkd->bhqk", q, k).float() / math.sqrt(q.shape[-1])
-    causal = torch.ones(seq, seq, dtype=torch.bool, device=q.device).tril()
-    scores = torch.where(causal, scores, torch.full_like(scores, -1e30))
+    scores = torch.where(allowed(segment_ids, q), scores, torch.full_like(scores, -1e30))
     return torch.einsum("bhqk,bhkd->bhqd", scores.softmax(-1).to(v.dtype), v)

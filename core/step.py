@@ -73,18 +73,29 @@ class TrainStep:
         return self.backend.autocast(self.model, self.bf16)
 
     def _unrolled(self, batch: dict) -> tuple:
-        """Each micro-batch's forward and backward one after another in the step's graph;
-        where processes split the batch, each weighs its loss by its share (the backend's)."""
+        """Each micro-batch's forward and backward one after another in the step's graph,
+        each loss weighed by its share of the step's (`_shares`)."""
         accum, total, aux_sum = self.grad_accum, 0.0, {}
-        for micro in _micro_batches(batch, accum):
+        micro_batches = list(_micro_batches(batch, accum))
+        for micro, share in zip(micro_batches, self._shares(micro_batches)):
             with self.autocast():
                 loss, aux = self.backend.run(self.task.loss, self.model, micro)
-            loss = self.backend.share_of_mean(loss, self.task, micro)
-            (loss / accum).backward()
-            total = total + loss.detach() / accum
+            (loss * share).backward()
+            total = total + loss.detach() * share
             for key, value in aux.items():
                 aux_sum[key] = aux_sum.get(key, 0.0) + value.detach() / accum
         return total, aux_sum
+
+    def _shares(self, micro_batches: list[dict]) -> list:
+        """What each micro-batch's mean loss counts for in the step's: its share of what the
+        whole step's loss averages over (Task.loss_weight: e.g. the tokens not ignored) on
+        every process, so the loss and gradient are one big batch's mean whatever grad_accum
+        and the process count; an equal share each where every row counts the same."""
+        weights = [self.task.loss_weight(micro) for micro in micro_batches]
+        if weights[0] is None:
+            return [1 / len(micro_batches)] * len(micro_batches)
+        whole = self.backend.total(sum(w.detach().float() for w in weights)).clamp(min=1)
+        return [w.float() * self.backend.loss_parts / whole for w in weights]
 
     def _accumulate(self, batch: dict) -> tuple:
         """Mean loss and metrics over the micro-batches, gradients summed into `.grad`, in
@@ -92,21 +103,32 @@ class TrainStep:
         time stay those of one micro-batch whatever `grad_accum` is."""
         accum, keys = self.grad_accum, sorted(batch)
         micro = [_micro_batch_axis(batch[k], accum) for k in keys]
+        micro_batches = [{k: m[i] for k, m in zip(keys, micro)} for i in range(accum)]
         if self._aux_keys is None:  # traced lazily once, never run: which metrics the task logs
             with torch.no_grad():
-                first = {k: m[0] for k, m in zip(keys, micro)}
-                self._aux_keys = sorted(self.task.loss(self.model, first)[1])
+                self._aux_keys = sorted(self.task.loss(self.model, micro_batches[0])[1])
+        weighed = self.task.loss_weight(micro_batches[0]) is not None
 
         def one_micro_batch(*tensors):
             inputs, aux_sums = tensors[:len(keys)], tensors[len(keys):]
+            micro_batch = dict(zip(keys, inputs))
             with self.autocast():
-                loss, aux = self.task.loss(self.model, dict(zip(keys, inputs)))
+                loss, aux = self.task.loss(self.model, micro_batch)
             sums = [s + aux[k].detach().float() / accum for s, k in zip(aux_sums, self._aux_keys)]
+            if weighed:  # a sum over what the loss averages; divided by the whole's below
+                loss = loss * self.task.loss_weight(micro_batch).float()
             return (loss, *sums) if sums else loss  # torch_xla's convention without carries
 
         zeros = [torch.zeros((), device=batch[keys[0]].device) for _ in self._aux_keys]
         result = self.backend.gradient_accumulation(one_micro_batch, micro, self.model, *zeros)
         loss, *sums = result if zeros else (result,)
+        if weighed:  # the loop averaged the micro-batches' sums: make them the whole's mean
+            whole = sum(self.task.loss_weight(m) for m in micro_batches).float()
+            scale = accum / whole.clamp(min=1)
+            loss = loss * scale
+            for param in self.model.parameters():
+                if param.grad is not None:
+                    param.grad.mul_(scale)
         return loss, dict(zip(self._aux_keys, sums))
 
     def _update_guard(self, loss: torch.Tensor, grad_norm: torch.Tensor):

@@ -19,7 +19,6 @@ if TYPE_CHECKING:  # annotations only: importing the seam loads no torch
     from core.mesh import MeshConfig
     from core.profile import ProfileConfig
     from core.sharding import ParamPlan, ShardingRules
-    from core.task import Task
 
 Batch: TypeAlias = "dict[str, torch.Tensor]"  # input name -> tensor, rows first
 StepValues: TypeAlias = "dict[str, torch.Tensor]"  # loss, grad_norm and the task's metrics
@@ -87,9 +86,10 @@ class Backend(Protocol):
     def run(self, fn: Callable[..., Result], *args: Any) -> Result:
         """`fn(*args)`, a use of the model: a task's loss, a validation forward."""
 
-    def share_of_mean(self, loss: torch.Tensor, task: Task, batch: Batch) -> torch.Tensor:
-        """This process's loss, weighed (by Task.loss_weight) so that the processes' average
-        is the whole batch's mean."""
+    @property
+    def loss_parts(self) -> int:
+        """How many losses the gradient reduction averages: one per process where each
+        computes its part of the batch, 1 where one program computes the whole batch."""
 
     def autocast(self, model: torch.nn.Module, bf16: bool) -> AbstractContextManager[object]:
         """The step's precision, for the step and any evaluation pass."""

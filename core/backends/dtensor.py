@@ -45,7 +45,6 @@ if TYPE_CHECKING:
     from core.mesh import MeshConfig
     from core.profile import ProfileConfig
     from core.sharding import ParamPlan, ShardingRules
-    from core.task import Task
 
 MESH_AXES = ("data", "fsdp")  # what an FSDP2 (HSDP) mesh expresses
 # Dense bf16 peak FLOP/s per GPU from the vendors' data sheets (SXM parts), by name prefix.
@@ -57,6 +56,11 @@ class DTensorBackend:
     name = "dtensor"
     accumulates_in_loop = False  # micro-batches unrolled in Python: eager ops, no trace
     one_console = True  # torchrun's processes share the launcher's: the first one speaks
+
+    @property
+    def loss_parts(self) -> int:
+        """Each process's loss is its rows' (FSDP2's gradient reduction averages them)."""
+        return dist.get_world_size()
 
     def __init__(self) -> None:
         if "RANK" not in os.environ:  # one process not started by torchrun: a group of one
@@ -133,16 +137,6 @@ class DTensorBackend:
         if not torch.is_grad_enabled():  # no backward will reshard the root's weights, and
             self.root.reshard()  # gathered ones are not the parameters the optimizer holds
         return result
-
-    def share_of_mean(self, loss: torch.Tensor, task: Task, batch: Batch) -> torch.Tensor:
-        """This process's mean loss, scaled so that the processes' average (what FSDP2's
-        gradient reduction and `after_step` take) is the whole batch's mean: a process whose
-        rows hold more of what the loss averages over (tokens not padded) weighs more."""
-        world = dist.get_world_size()
-        weight = task.loss_weight(batch) if world > 1 else None
-        if weight is None:
-            return loss
-        return loss * (weight.float() * world / self.total(weight.detach().float()))
 
     def sync(self) -> None:
         return None  # eager: each op has run

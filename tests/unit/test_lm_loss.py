@@ -28,7 +28,8 @@ def test_chunked_loss_and_gradients_equal_the_whole_loss():
     whole.backward()
     expected = {n: p.grad.clone() for n, p in model.named_parameters()}
     model.zero_grad()
-    chunked = next_token_loss(model, ids, labels)  # 4 strided chunks, each checkpointed
+    # 4 strided chunks, each checkpointed
+    chunked = next_token_loss(model, {"input_ids": ids, "labels": labels})
     chunked.backward()
     torch.testing.assert_close(chunked, whole, rtol=1e-6, atol=0)
     for name, param in model.named_parameters():

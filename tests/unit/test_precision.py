@@ -28,7 +28,7 @@ def test_weights_are_bf16_copies_inside_and_fp32_masters_get_the_gradients():
         inside = dict(model.named_parameters())
         assert all(p.dtype == torch.bfloat16 for p in inside.values())
         assert all(inside[n] is not masters[n] for n in masters)
-        loss = next_token_loss(model, ids, ids)
+        loss = next_token_loss(model, {"input_ids": ids, "labels": ids})
     loss.backward()
     assert dict(model.named_parameters()) == masters  # the same Parameter objects again
     assert all(p.dtype == torch.float32 and p.grad.dtype == torch.float32
@@ -52,7 +52,7 @@ def train(dtype: torch.dtype) -> list[float]:
     for step in range(STEPS):
         batch = rows[(step * 4) % 16:(step * 4) % 16 + 4]
         with compute_in(model, dtype):
-            loss = next_token_loss(model, batch, batch)
+            loss = next_token_loss(model, {"input_ids": batch, "labels": batch})
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()

@@ -72,7 +72,7 @@ class LlamaAttention(nn.Module):
         self.v_proj = nn.Linear(hidden, self.kv_heads * self.head_dim, bias=False)
         self.o_proj = HeadsToHidden(self.heads, self.head_dim, hidden)
 
-    def forward(self, x, cos, sin):
+    def forward(self, x, cos, sin, segment_ids=None):
         batch, seq, _ = x.shape
         # named for remat policies (save_qkv_proj keeps them under scan)
         q = checkpoint_name(self.q_proj(x), "query_proj")
@@ -85,9 +85,9 @@ class LlamaAttention(nn.Module):
         groups = self.heads // self.kv_heads
         k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
         if self.use_flash:
-            out = flash_attention(q, k, v)
+            out = flash_attention(q, k, v, segment_ids)
         else:
-            out = causal_attention(q, k, v)
+            out = causal_attention(q, k, v, segment_ids)
         return self.o_proj(out)
 
 
@@ -145,8 +145,8 @@ class LlamaDecoderLayer(nn.Module):
         self.input_layernorm = LlamaRMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = LlamaRMSNorm(config.hidden_size, config.rms_norm_eps)
 
-    def forward(self, x, cos, sin):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
+    def forward(self, x, cos, sin, segment_ids=None):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, segment_ids)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -178,7 +178,11 @@ class _Lookup(torch.autograd.Function):
 
 class LlamaModel(nn.Module):
     """Embeddings, the decoder layers (`layer_cls`, e.g. a mixture-of-experts layer) and the
-    final norm."""
+    final norm.
+
+    Packed rows (several documents per row) pass `segment_ids` [batch, seq], which keep
+    each document's attention within it, and `positions` [batch, seq], each document's own
+    positions from 0, so its rotary angles are those it has alone."""
 
     def __init__(self, config: LlamaConfig, layer_cls: type[nn.Module] = LlamaDecoderLayer):
         super().__init__()
@@ -187,15 +191,26 @@ class LlamaModel(nn.Module):
         self.norm = LlamaRMSNorm(config.hidden_size, config.rms_norm_eps)
         self.register_buffer("inv_freq", rope_inverse_frequencies(config), persistent=False)
 
-    def forward(self, input_ids):
+    def forward(self, input_ids, segment_ids=None, positions=None):
         hidden = self.embed_tokens(input_ids)
-        return self.norm(self.layers(hidden, *self.rotary_tables(input_ids, hidden.dtype)))
+        return self.norm(self.layers(hidden, *self.layer_extras(input_ids, hidden.dtype,
+                                                                segment_ids, positions)))
 
-    def rotary_tables(self, input_ids, dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin of every position's rotary angles, [seq, head_dim]."""
-        positions = torch.arange(input_ids.shape[1], device=input_ids.device, dtype=torch.float)
-        freqs = positions[:, None] * self.inv_freq[None, :]
+    def layer_extras(self, input_ids, dtype, segment_ids, positions) -> tuple:
+        """What every layer takes besides the hidden states: the rotary tables, and the
+        segment ids of packed rows (none for rows of one document)."""
+        cos, sin = self.rotary_tables(input_ids, dtype, positions)
+        return (cos, sin) if segment_ids is None else (cos, sin, segment_ids)
+
+    def rotary_tables(self, input_ids, dtype, positions=None) -> tuple[torch.Tensor, ...]:
+        """cos and sin of every position's rotary angles: [seq, head_dim] for positions
+        0, 1, ...; [batch, 1, seq, head_dim] (one per head) for given `positions`."""
+        if positions is None:
+            positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+        freqs = positions.float()[..., None] * self.inv_freq
         angles = torch.cat((freqs, freqs), dim=-1)
+        if angles.dim() == 3:
+            angles = angles[:, None]
         return angles.cos().to(dtype), angles.sin().to(dtype)
 
 
@@ -211,17 +226,17 @@ class LlamaForCausalLM(nn.Module):
         if not config.tie_word_embeddings:
             self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
 
-    def forward(self, input_ids):
-        return self.logits(self.hidden_states(input_ids))
+    def forward(self, input_ids, segment_ids=None, positions=None):
+        return self.logits(self.hidden_states(input_ids, segment_ids, positions))
 
     @property
     def loss_chunk_tokens(self) -> int:
         return self.config.loss_chunk_tokens
 
-    def hidden_states(self, input_ids):
+    def hidden_states(self, input_ids, segment_ids=None, positions=None):
         """The final normed hidden states, [batch, seq, hidden]: the loss may apply the LM
         head to them a chunk at a time."""
-        return self.model(input_ids)
+        return self.model(input_ids, segment_ids, positions)
 
     def logits(self, hidden):
         if self.config.tie_word_embeddings:

@@ -36,9 +36,9 @@ class MixtralDecoderLayer(nn.Module):
         self.input_layernorm = LlamaRMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = LlamaRMSNorm(config.hidden_size, config.rms_norm_eps)
 
-    def forward(self, x, cos, sin):
+    def forward(self, x, cos, sin, segment_ids=None):
         """(hidden, router statistics): the stack returns the statistics of every layer."""
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, segment_ids)
         moe, stats = self.mlp(self.post_attention_layernorm(x))
         return x + moe, stats
 
@@ -47,10 +47,11 @@ class MixtralModel(LlamaModel):
     def __init__(self, config: MixtralConfig):
         super().__init__(config, MixtralDecoderLayer)
 
-    def forward(self, input_ids):
+    def forward(self, input_ids, segment_ids=None, positions=None):
         """(final hidden states, router statistics of every layer [layers, 2E + 1])."""
         hidden = self.embed_tokens(input_ids)
-        hidden, stats = self.layers(hidden, *self.rotary_tables(input_ids, hidden.dtype))
+        hidden, stats = self.layers(hidden, *self.layer_extras(input_ids, hidden.dtype,
+                                                               segment_ids, positions))
         return self.norm(hidden), stats
 
 
@@ -59,18 +60,20 @@ class MixtralForCausalLM(LlamaForCausalLM):
 
     model_cls = MixtralModel
 
-    def forward(self, input_ids):
-        return self.forward_with_router(input_ids)[0]
+    def forward(self, input_ids, segment_ids=None, positions=None):
+        return self.forward_with_router(input_ids, segment_ids, positions)[0]
 
-    def forward_with_router(self, input_ids) -> tuple[torch.Tensor, RouterStats]:
-        hidden, router = self.hidden_states_with_router(input_ids)
+    def forward_with_router(self, input_ids, segment_ids=None,
+                            positions=None) -> tuple[torch.Tensor, RouterStats]:
+        hidden, router = self.hidden_states_with_router(input_ids, segment_ids, positions)
         return self.logits(hidden), router
 
-    def hidden_states(self, input_ids):
-        return self.hidden_states_with_router(input_ids)[0]
+    def hidden_states(self, input_ids, segment_ids=None, positions=None):
+        return self.hidden_states_with_router(input_ids, segment_ids, positions)[0]
 
-    def hidden_states_with_router(self, input_ids) -> tuple[torch.Tensor, RouterStats]:
-        hidden, stats = self.model(input_ids)
+    def hidden_states_with_router(self, input_ids, segment_ids=None,
+                                  positions=None) -> tuple[torch.Tensor, RouterStats]:
+        hidden, stats = self.model(input_ids, segment_ids, positions)
         experts = self.config.num_local_experts
         tokens_per_expert, router_probs, kept = stats.split((experts, experts, 1), dim=-1)
         tokens = input_ids.numel()

@@ -15,6 +15,7 @@ from core.mesh import check_divides
 from core.remat import checkpointed
 from core.task import Task
 from zoo.tasks.packed_text import DataConfig, TokenBatches, tokenize_corpus
+from zoo.tasks.packing import example_documents
 
 
 @dataclasses.dataclass
@@ -73,12 +74,23 @@ def chunked_causal_lm_loss(hidden: torch.Tensor, head, labels: torch.Tensor,
     return total / (targets != -100).sum()
 
 
-def next_token_loss(model, input_ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """The training loss. A model that splits its forward into `hidden_states(input_ids)`
-    and `logits(hidden)` gets it by `loss_from_hidden`; any other from `model(input_ids)`."""
+DOCUMENT_KEYS = ("segment_ids", "positions")
+
+
+def documents(batch: dict) -> dict:
+    """What a packed batch tells the model about the documents in its rows (segment ids and
+    positions: zoo/tasks/packing.py), as keyword arguments; none for unpacked rows."""
+    return {key: batch[key] for key in DOCUMENT_KEYS if key in batch}
+
+
+def next_token_loss(model, batch: dict) -> torch.Tensor:
+    """The training loss of a batch. A model that splits its forward into
+    `hidden_states(input_ids)` and `logits(hidden)` gets it by `loss_from_hidden`; any
+    other from `model(input_ids)`."""
+    input_ids, labels, kept_apart = batch["input_ids"], batch["labels"], documents(batch)
     if not hasattr(model, "hidden_states"):
-        return causal_lm_loss(model(input_ids), labels)
-    return loss_from_hidden(model, model.hidden_states(input_ids), labels)
+        return causal_lm_loss(model(input_ids, **kept_apart), labels)
+    return loss_from_hidden(model, model.hidden_states(input_ids, **kept_apart), labels)
 
 
 def loss_from_hidden(model, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -131,7 +143,7 @@ class CausalLM(Task):
                             held_out=config.eval_rows if config.eval_every else 0)
 
     def loss(self, model, batch):
-        return next_token_loss(model, batch["input_ids"], batch["labels"]), {}
+        return next_token_loss(model, batch), {}
 
     def loss_weight(self, batch):
         return (batch["labels"][:, 1:] != -100).sum()
@@ -140,13 +152,15 @@ class CausalLM(Task):
         return config.global_batch_size * config.seq_len
 
     def example_batch(self, config: LMTrainConfig, seed: int = 0) -> dict:
-        """Random tokens with a few masked labels."""
+        """Random tokens with a few masked labels (in documents kept apart, where the run
+        keeps them apart)."""
         generator = torch.Generator().manual_seed(seed)
         shape = (config.global_batch_size, config.seq_len)
         ids = torch.randint(0, config.model.vocab_size, shape, generator=generator)
         labels = ids.clone()
         labels[0, :5] = -100
-        return {"input_ids": ids, "labels": labels}
+        batch = {"input_ids": ids, "labels": labels}
+        return batch | example_documents(shape) if keeps_documents_apart(config) else batch
 
     def after_step(self, engine, step: int) -> dict | None:
         every = engine.config.eval_every
@@ -178,7 +192,7 @@ def validation_loss(engine) -> float:
     with torch.no_grad():
         for batch in backend.loader(batches(), engine.mesh, next(batches())):
             with engine.autocast():
-                logits = backend.run(engine.model, batch["input_ids"])
+                logits = backend.run(_logits, engine.model, batch)
             labels = batch["labels"][:, 1:]
             loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels.flatten(),
                                    ignore_index=-100, reduction="sum")
@@ -187,6 +201,16 @@ def validation_loss(engine) -> float:
             count = tokens if count is None else count + tokens
             backend.sync()
     return float(backend.total(total)) / max(int(backend.total(count)), 1)
+
+
+def _logits(model, batch: dict) -> torch.Tensor:
+    return model(batch["input_ids"], **documents(batch))
+
+
+def keeps_documents_apart(config) -> bool:
+    """Whether the run's rows hold documents kept apart (segment ids in every batch)."""
+    return bool(getattr(config.data, "document_mask", False) or
+                getattr(config.data, "packing", False))
 
 
 CAUSAL_LM = CausalLM()

@@ -6,7 +6,9 @@
     for batch in batches: ...  # {"input_ids", "labels"}: LongTensor[256 // n, 2048]
 
 Every document becomes `BOS? tokens EOS`; documents are concatenated and cut into rows of
-exactly `seq_len` tokens (rows cross document boundaries; EOS marks them). The final partial
+exactly `seq_len` tokens (rows cross document boundaries; EOS marks them; with
+`data.document_mask` each row also carries segment ids and positions that keep its
+documents apart: zoo/tasks/packing.py). The final partial
 row is kept, padded with the pad id and its labels masked with -100, so no text is lost and a
 tiny corpus still yields a row. Rows are shuffled per epoch (seed `shuffle_seed + epoch`) and
 global batch `i` is rows `i*B .. (i+1)*B` of the endless epoch-after-epoch order, so a batch is
@@ -42,6 +44,7 @@ from core.data import (
 )
 from core.inputs import host_batch_size
 from zoo.tasks import token_cache
+from zoo.tasks.packing import stream_segments
 
 
 @dataclasses.dataclass
@@ -63,6 +66,9 @@ class DataConfig:
     # text that is not a string or is empty, a file of an unsupported type in a folder);
     # below it the skipped counts are reported in one line
     max_skipped_share: float = 0.1
+    # keep the documents of a row apart: attention within each document only, positions
+    # from 0 in each, and no token learns to predict the next document's first
+    document_mask: bool = False
 
     def __post_init__(self):
         check_seed(self.shuffle_seed)
@@ -71,6 +77,9 @@ class DataConfig:
         if not 0 <= self.max_skipped_share <= 1:  # NaN fails too
             raise ValueError(f"data.max_skipped_share must be in [0, 1], "
                              f"not {self.max_skipped_share}")
+        if self.document_mask and self.source == "synthetic":
+            raise ValueError("data.document_mask keeps documents apart, and "
+                             "data.source=synthetic has none; use a text source")
 
 
 def load_documents(config: DataConfig, tally: Tally) -> tuple[Iterable[str], str]:
@@ -270,7 +279,8 @@ class TokenBatches:
             )
         self.vocab_size = vocab_size or len(tokenizer)
         pad = tokenizer.pad_token_id
-        self.pad_id = tokenizer.eos_token_id if pad is None else pad
+        self.eos_id = tokenizer.eos_token_id
+        self.pad_id = self.eos_id if pad is None else pad
         rows = -(-len(tokens) // seq_len)  # row r = tokens[r*seq_len:][:seq_len]
         if held_out and held_out >= rows:
             raise DataError(f"the corpus has {rows} rows of {seq_len} tokens, too few to hold "
@@ -329,9 +339,16 @@ class TokenBatches:
         padding = (offsets >= len(tokens)) | (picked[:, None] < 0)  # the stream's end
         ids = np.where(padding, self.pad_id, tokens[np.minimum(offsets, len(tokens) - 1)])
         labels = np.where(padding, IGNORE_INDEX, ids)
+        batch = {}
+        if self.config.document_mask:  # a document starts after each EOS of the stream
+            after_eos = tokens[np.clip(offsets - 1, 0, len(tokens) - 1)] == self.eos_id
+            starts = after_eos & (offsets > 0)
+            labels = np.where(starts, IGNORE_INDEX, labels)
+            batch = stream_segments(ids, starts)
         return {
             "input_ids": torch.from_numpy(ids.astype(np.int64)),
             "labels": torch.from_numpy(labels.astype(np.int64)),
+            **batch,
         }
 
     def _random_row(self, index: int, row: int) -> np.ndarray:

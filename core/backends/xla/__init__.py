@@ -29,13 +29,13 @@ if TYPE_CHECKING:
     from core.mesh import MeshConfig
     from core.profile import ProfileConfig
     from core.sharding import ParamPlan, ShardingRules
-    from core.task import Task
 
 
 class XlaBackend:
     name = "xla"
     accumulates_in_loop = True  # grad_accum > 1 as one XLA while loop
     one_console = False  # each host logs to its own console
+    loss_parts = 1  # one global program: the loss is already the whole batch's
 
     def device_count(self) -> int:
         import torch_xla.runtime as xr  # torch_xla
@@ -68,9 +68,6 @@ class XlaBackend:
     def run(self, fn: Callable[..., Result], *args: Any) -> Result:
         """`fn(*args)`, a use of the model: traced into the step's graph."""
         return fn(*args)
-
-    def share_of_mean(self, loss: torch.Tensor, task: Task, batch: Batch) -> torch.Tensor:
-        return loss  # one global program: the loss is already the whole batch's
 
     def sync(self) -> None:
         """Cut the graph traced so far and run it (one graph per evaluation batch)."""

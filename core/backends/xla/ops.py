@@ -29,13 +29,16 @@ def register_offload_ops() -> None:
     import torch_xla.experimental.stablehlo_custom_call  # noqa: F401 (torch_xla)
 
 
-def flash_attention(q, k, v):
+def flash_attention(q, k, v, segment_ids=None):
     """torch_xla's Pallas flash attention (TPU only), causal, sharded like the activations:
-    batch over the batch axes, heads over tensor, when an SPMD mesh is set."""
+    batch over the batch axes, heads over tensor, when an SPMD mesh is set. `segment_ids`
+    [batch, seq] keep packed documents apart (the kernel splits them as it splits q)."""
     import torch_xla.distributed.spmd as xs  # torch_xla
     from torch_xla.experimental.custom_kernel import flash_attention as pallas_flash  # torch_xla
 
     mesh = xs.get_global_mesh()
     spec = (BATCH_AXES, "tensor", None, None) if mesh is not None else None
     scale = 1.0 / math.sqrt(q.shape[-1])
-    return pallas_flash(q, k, v, causal=True, sm_scale=scale, partition_spec=spec, mesh=mesh)
+    return pallas_flash(q, k, v, causal=True, q_segment_ids=segment_ids,
+                        kv_segment_ids=segment_ids, sm_scale=scale, partition_spec=spec,
+                        mesh=mesh)
