@@ -130,13 +130,13 @@ def measure(entry: Entry, steps: int) -> dict:
         errors = [line for line in log.splitlines() if "Error" in line]
         raise UserError(f"MaxText failed on {entry.name}: "
                         f"{(errors or log.strip().splitlines() or ['no output'])[-1]}")
-    items = family.task.items_per_step(cfg)
+    items = run.task.items_per_step(cfg)
     return {
         **parse_log(log, steps),
         "peak_memory_bytes": None,
         "flops_per_step": train_flops(family.forward_flops(cfg)) * items,
         "items_per_step": items,
-        "throughput_unit": family.task.unit,
+        "throughput_unit": run.task.unit,
         "parameters": parameters,
         "devices": devices,
         "chips": topo.chips,

@@ -83,6 +83,20 @@ def sets_key(key: str, files=(), overrides=()) -> bool:
     return given or any(key in _read_yaml(source) for source in files)
 
 
+def given_value(key: str, files=(), overrides=()) -> str | None:
+    """Top-level `key` as the user gave it (the last override, else the last file setting
+    it), read before any schema: `task` picks the schema the rest is read with."""
+    for override in reversed(overrides):
+        name, _, value = override.partition("=")
+        if name == key:
+            return value
+    for source in reversed(files):
+        tree = _read_yaml(source)
+        if key in tree:
+            return str(tree[key])
+    return None
+
+
 def _merge(schema, cfg, other, where: str, spelling: str) -> None:
     """Merge `other` into `cfg`; `spelling` writes a section's key as this source would
     (for the hint when a value stands where a section belongs)."""

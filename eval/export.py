@@ -63,7 +63,7 @@ def _write(run: Run, weights: dict, out: Path, checkpoint: str) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        family.task.write_hf_extras(cfg, hf_config, tmp)
+        run.task.write_hf_extras(cfg, hf_config, tmp)
         hf_config.save_pretrained(tmp)
         _write_weights(weights, tmp)
     except BaseException:

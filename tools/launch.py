@@ -96,6 +96,6 @@ def _train_here(request: TrainRequest, echo: Callable[[str], object]) -> None:
     echo(describe_summary(summary, cfg.out))
     if summary["last_step"] < cfg.steps:  # SIGTERM: saved, and the VM is going away
         return
-    text = run.family.task.generates_text and cfg.data.source != "synthetic"
+    text = run.task.generates_text and cfg.data.source != "synthetic"
     if text and current_hosts().main:  # the others' run folders hold no config
         echo(sample_after_training(cfg.out, request.prompt))

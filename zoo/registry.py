@@ -109,6 +109,19 @@ class ModelFamily(Generic[ModelConfig]):
             model.init_weights(seed)
         return model
 
+    def task_named(self, name: str | None) -> Task:
+        """The task `task=NAME` picks: the family's own (None or its name) or one of its
+        variants (a causal LM's `sft`)."""
+        if name in (None, self.task.name):
+            return self.task
+        from zoo.tasks.variants import variants_of  # torch: only when a variant is asked for
+
+        variants = variants_of(self.task, self.model_cls)
+        if name not in variants:
+            raise UserError(f"task={name} is not a task {self.name} models train for; choose "
+                            f"from {', '.join([self.task.name, *variants])}")
+        return variants[name]
+
     def model_for(self, config: ModelConfig, topo: Topology, mesh: MeshConfig) -> ModelConfig:
         """The model config as it is built on `topo` over `mesh` (see `for_slice`)."""
         return self.for_slice(config, topo, mesh) if self.for_slice else config

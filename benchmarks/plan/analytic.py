@@ -92,7 +92,7 @@ def make_plan(run: Run, target_mfu: float) -> Plan:
         **activations,
         "gathered weights": gathered_weight_bytes(params, 2 if bf16 else 4),
     }
-    items = family.task.items_per_step(cfg)
+    items = run.task.items_per_step(cfg)
     flops = train_flops(family.forward_flops(cfg)) * items
     peak = topo.peak_bf16_flops or 0
     slices = cfg.mesh.dcn.get("data", 1)  # FSDP across slices adds per-layer gathers (warned)

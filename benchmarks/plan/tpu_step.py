@@ -80,11 +80,11 @@ def _trace(run: Run) -> tuple[str, str, int]:
     placeholder_model(model, {p.name: p.spec for p in plan}, holders)
     shard_activations(model, rules, mesh)
     # compile-only devices cannot run gradient_accumulation's input syncs: unrolled here
-    step = TrainStep.around(model, cfg, family.task, backends.get("xla"), cfg.runs_in_bf16(topo),
+    step = TrainStep.around(model, cfg, run.task, backends.get("xla"), cfg.runs_in_bf16(topo),
                             fill_state=lambda optimizer: placeholder_optimizer_state(optimizer,
                                                                                      holders),
                             accumulate_in_loop=False)
-    batch = placeholder_batch(family.task.example_batch(cfg),
+    batch = placeholder_batch(run.task.example_batch(cfg),
                               functools.partial(batch_spec, mesh_axes=axis_sizes(mesh)), holders)
     updated = state_tensors(model, step.optimizer)
     sources = tensor_ids(updated)
@@ -109,22 +109,23 @@ def attention_kind(model) -> str:
     return "flash" if any(getattr(m, "use_flash", False) for m in model.modules()) else "eager"
 
 
-def executed_flops_per_step(family, cfg, remat, flash: bool) -> float:
+def executed_flops_per_step(run, cfg, flash: bool) -> float:
     """Matmul FLOPs of the whole step as it executes: forward and backward counted by
     FlopCounterMode on the meta device with the run's remat preset applied, so every
     checkpointed call runs its forward again in backward; scanned stacks run as their Python
     loop, recomputing what their remat policy does not keep. Attention counts dense, as
     eager attention computes it and as the flash kernels declare their cost; flash's
     backward also recomputes the scores: 7 attention matmuls where eager's backward has 4."""
+    family = run.family
     if not flash:
-        return _meta_train_step_flops(family, cfg, remat)
+        return _meta_train_step_flops(run, cfg)
     forward = family.forward_flops(cfg, causal=False)
     attention = 2 * (forward - family.forward_flops(cfg, causal=True))  # dense, per item
-    items = family.task.items_per_step(cfg)
-    return _meta_train_step_flops(family, cfg, remat) + 1.5 * attention * items
+    items = run.task.items_per_step(cfg)
+    return _meta_train_step_flops(run, cfg) + 1.5 * attention * items
 
 
-def _meta_train_step_flops(family, cfg, remat) -> float:
+def _meta_train_step_flops(run, cfg) -> float:
     """FLOPs of the loss's forward and backward on a meta-device model (nothing allocated),
     attention as plain matmuls (FlopCounterMode cannot see inside a flash kernel). The
     step runs twice and the second run is counted: the first traces the scanned layers."""
@@ -133,16 +134,16 @@ def _meta_train_step_flops(family, cfg, remat) -> float:
 
     plain = {"attention": "plain"} if hasattr(cfg.model, "attention") else {}
     with torch.device("meta"):
-        model = family.build(dataclasses.replace(cfg.model, **plain), init=False)
-    apply_remat(model, remat)
-    batch = {k: v.to("meta") for k, v in family.task.example_batch(cfg).items()}
+        model = run.family.build(dataclasses.replace(cfg.model, **plain), init=False)
+    apply_remat(model, run.remat)
+    batch = {k: v.to("meta") for k, v in run.task.example_batch(cfg).items()}
     counter = FlopCounterMode(display=False)
     original_scan, original_forward = LayerStack._scan, LayerStack.forward
     LayerStack._scan, LayerStack.forward = _partitioned_layers, forward
     try:
         for context in (contextlib.nullcontext(), counter):
             with context:
-                loss, _ = family.task.loss(model, batch)
+                loss, _ = run.task.loss(model, batch)
                 loss.backward()
     finally:
         LayerStack._scan, LayerStack.forward = original_scan, original_forward
@@ -271,7 +272,7 @@ def compile_plan(run: Run, target_mfu: float = 0.5,
     text, attention, unplanned = trace_step_hlo(run)
     traced = time.perf_counter() - start
     cfg = run.built_config
-    executed = executed_flops_per_step(run.family, cfg, run.remat, attention == "flash")
+    executed = executed_flops_per_step(run, cfg, attention == "flash")
     return CompiledPlan(analytic, compile_hlo(text, topo), attention, executed / topo.chips,
                         traced, compile_target(topo), unplanned)
 

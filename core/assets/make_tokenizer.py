@@ -5,7 +5,9 @@
 A 4096-token byte-level BPE trained on Python's help topics (`pydoc_data.topics`), the
 corpus every Python install has, so `data.tokenizer=default` needs no network. Byte-level
 means any text encodes (no unknown token). `tokenizer(text)` adds <|begin_of_text|> like
-Llama 3; the data pipeline adds BOS/EOS itself when packing.
+Llama 3; the data pipeline adds BOS/EOS itself when packing. Its chat template
+(CHAT_TEMPLATE) is plain text in tokens the vocabulary already has, so supervised fine-tuning
+on chat rows (zoo/tasks/sft_data.py) works with it as shipped.
 """
 
 from __future__ import annotations
@@ -19,6 +21,25 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, 
 from core.data import BOS, DEFAULT_TOKENIZER, EOS, PAD, default_documents
 
 VOCAB_SIZE = 4096
+# "Assistant:" ends its line, so an answer starts a new pre-token: its first token never
+# straddles the prompt, and the assistant's turn (answer and EOS) maps to whole tokens.
+CHAT_TEMPLATE = """\
+{{- bos_token -}}
+{%- for message in messages -%}
+  {%- if message['role'] == 'system' -%}
+    {{- 'System: ' + message['content'] + '\\n' -}}
+  {%- elif message['role'] == 'user' -%}
+    {{- 'User: ' + message['content'] + '\\n' -}}
+  {%- elif message['role'] == 'assistant' -%}
+    {{- 'Assistant:\\n' + message['content'] + eos_token -}}
+  {%- else -%}
+    {{- raise_exception('unknown role ' + message['role'] + '; use system, user or assistant') -}}
+  {%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+  {{- 'Assistant:\\n' -}}
+{%- endif -%}
+"""
 
 
 def build(documents: list[str], vocab_size: int = VOCAB_SIZE) -> Tokenizer:
@@ -56,6 +77,7 @@ def save(tokenizer: Tokenizer, out: Path) -> None:
         "pad_token": PAD,
         "model_max_length": 1_000_000_000,  # packing decides lengths, not the tokenizer
         "clean_up_tokenization_spaces": False,  # keep decode(encode(text)) == text
+        "chat_template": CHAT_TEMPLATE,
     }
     (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
     special = {"bos_token": BOS, "eos_token": EOS, "pad_token": PAD}

@@ -15,15 +15,17 @@ from core.inputs import batch_devices
 from core.mesh import for_slices, resolve_axis_sizes
 from core.remat import RematConfig
 from core.sharding import ShardingRules
+from core.task import Task
 from zoo.registry import ModelFamily, resolve
 
 
 @dataclasses.dataclass(frozen=True)
 class Run:
-    """What a command runs: `config` is the family's task config plus `model` (its
-    architecture); `mesh` is the axis sizes on the topology's devices."""
+    """What a command runs: `config` is the task's config plus `model` (its architecture)
+    and `task` (its name); `mesh` is the axis sizes on the topology's devices."""
 
     family: ModelFamily
+    task: Task  # the family's own, or the variant `task=NAME` chose (a causal LM's sft)
     config: object
     topology: topology_lib.Topology
     rules: ShardingRules
@@ -50,7 +52,8 @@ class Run:
 def resolve_run(model_name: str, overrides: list[str], config_files=()) -> Run:
     """The run `zoo train MODEL --config F... KEY=VALUE...` describes."""
     family, size = resolve(model_name)
-    config = config_lib.load(run_schema(family, size), files=config_files,
+    task = family.task_named(config_lib.given_value("task", config_files, overrides))
+    config = config_lib.load(run_schema(family, size, task), files=config_files,
                              overrides=[f"model_name={model_name}", *overrides])
     topology = topology_lib.parse(config.tpu)
     config.mesh = for_slices(config.mesh, topology)
@@ -60,22 +63,21 @@ def resolve_run(model_name: str, overrides: list[str], config_files=()) -> Run:
     rules = ShardingRules.from_yaml(family.preset("sharding", config.sharding))
     remat = config_lib.load(RematConfig, files=[family.preset("remat", config.remat)])
     remat.check_device(topology.is_tpu)
-    return Run(family, config, topology, rules, remat, mesh)
+    return Run(family, task, config, topology, rules, remat, mesh)
 
 
-def run_schema(family: ModelFamily, size: str):
-    """The run's config schema: the family's task config plus its architecture."""
+def run_schema(family: ModelFamily, size: str, task: Task):
+    """The run's config schema: the task's config plus the family's architecture and the
+    task's name (saved with the run, so a resumed or exported run reads it back)."""
     default = family.sizes[size]
     return dataclasses.make_dataclass(
         f"{family.name.title()}RunConfig",
         [
-            (
-                "model",
-                family.config_cls,
-                dataclasses.field(default_factory=lambda: copy.deepcopy(default)),
-            )
+            ("model", family.config_cls,
+             dataclasses.field(default_factory=lambda: copy.deepcopy(default))),
+            ("task", str, dataclasses.field(default=task.name)),
         ],
-        bases=(family.task.config_cls,),
+        bases=(task.config_cls,),
     )
 
 

@@ -109,7 +109,7 @@ def build_engine(run: Run, build_model=None, force_resume: bool = False,
             raise UserError(f"{family.name} cannot load Hugging Face checkpoints (--init-from)")
         check_architecture(cfg.init_from, family.hf_class)
         cfg = dataclasses.replace(cfg, model=family.config_from_hf(cfg.init_from))
-    run = run.with_config(family.task.resolve(cfg))
+    run = run.with_config(run.task.resolve(cfg))
     cfg = run.config
     # First: a bucket out of reach fails in seconds. One probe per machine: processes of
     # one machine share its disk, and one's clean-up would remove another's probe.
@@ -122,7 +122,7 @@ def build_engine(run: Run, build_model=None, force_resume: bool = False,
     model = (build_model or family.build)(run.built_config.model, seed=cfg.seed)
     if cfg.init_from:
         family.load_hf(model, cfg.init_from)
-    engine = Engine(cfg, model, family.task, run.rules, run.remat, run.topology,
+    engine = Engine(cfg, model, run.task, run.rules, run.remat, run.topology,
                     forward_flops_per_item=family.forward_flops(cfg), backend=engine_backend)
     return run, engine
 
