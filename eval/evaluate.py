@@ -21,7 +21,7 @@ from core.hf import read_config
 from core.store.location import local_folder
 from core.store.run_folder import WANDB_ID
 from core.table import format_table
-from eval.tasks_check import resolve_tasks
+from eval.tasks_check import generating_tasks, resolve_tasks
 
 RESULTS_FILE = "eval_results.json"
 
@@ -38,9 +38,11 @@ def model_folder(checkpoint: str | Path) -> Path:
 
 def evaluate(checkpoint: str, tasks: str | None, *, num_fewshot: int | None = None,
              limit: int | None = None, batch_size: int = 8, device: str = "cpu",
-             out: str | None = None, data: str | None = None) -> tuple[list[tuple], str]:
+             out: str | None = None, data: str | None = None,
+             chat_template: bool = False) -> tuple[list[tuple], str]:
     """Score the model; returns (task, metric, value, stderr) rows and where the results
-    file is (in the run's bucket for a run there)."""
+    file is (in the run's bucket for a run there). `chat_template`: each prompt goes
+    through the model's own chat template (few-shot examples as earlier turns)."""
     if out:
         local_folder(out, "--out")  # before the model is scored, not after
     # a run in a bucket (gs://, file://) is read where it is, exported into its local copy
@@ -53,6 +55,9 @@ def evaluate(checkpoint: str, tasks: str | None, *, num_fewshot: int | None = No
     family = family_of(path)
     backend = family.task.eval_backend if family else "causal"
     if backend is None:
+        if chat_template:
+            raise UserError(f"{checkpoint} is scored by its task's own evaluation, not "
+                            "lm-eval prompts; drop --chat-template")
         options = {"data": data, "limit": limit, "batch_size": batch_size, "device": device}
         folder = model_folder(path)
         rows, record = family.task.evaluate(path, folder, options)
@@ -61,19 +66,32 @@ def evaluate(checkpoint: str, tasks: str | None, *, num_fewshot: int | None = No
             raise UserError("--tasks is required for language models, e.g. --tasks "
                             "arc_easy_sample,hellaswag_sample")
         names, manager = resolve_tasks(tasks)
+        generating = generating_tasks(names, manager) if device == "xla" else []
+        if generating:  # ZooXLALM scores log-likelihoods; its HF copy is on the meta device
+            raise UserError(f"task '{generating[0]}' generates text, and --device xla only "
+                            "scores log-likelihoods; run it with --device cpu or cuda")
         folder = model_folder(path)
         if not (folder / "tokenizer_config.json").is_file():
             raise UserError(f"{folder} has no tokenizer (a run trained on "
                             "data.source=synthetic has none), and lm-eval scores text; "
                             "evaluate a run trained on text")
+        if chat_template and not has_chat_template(folder):
+            raise UserError(f"{folder} has no chat template (no chat_template in "
+                            "tokenizer_config.json, no chat_template.jinja), and "
+                            "--chat-template renders every prompt with it; save the "
+                            "tokenizer with one (tokenizer.chat_template = ...; "
+                            "tokenizer.save_pretrained(folder)) or drop --chat-template")
         results = _lm_eval(folder, backend, device, batch_size, tasks=names,
                            task_manager=manager, num_fewshot=num_fewshot, limit=limit,
-                           log_samples=True)
+                           log_samples=True, apply_chat_template=chat_template,
+                           fewshot_as_multiturn=chat_template)
         rows = metric_rows(results["results"])
         record = {
             "tasks": names, "num_fewshot": num_fewshot, "limit": limit,
+            "chat_template": chat_template,
             "results": results["results"], "versions": results.get("versions"),
             "loglikelihoods": per_choice_loglikelihoods(results.get("samples", {})),
+            "generations": generations(results.get("samples", {})),
         }
     # scored from the export cache: results go to the run folder, scores to its W&B run
     from zoo.app.saved_run import load_run  # start-up
@@ -98,6 +116,15 @@ def evaluate(checkpoint: str, tasks: str | None, *, num_fewshot: int | None = No
 def _hf_folder(path: str | Path) -> bool:
     """A Hugging Face model folder on this disk (zoo's exports, or any other)."""
     return "://" not in str(path) and (Path(path) / "config.json").is_file()
+
+
+def has_chat_template(folder: Path) -> bool:
+    """Whether transformers gives the folder's tokenizer a chat template: in
+    tokenizer_config.json, or in the files transformers 5 saves it to."""
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    return bool(config.get("chat_template")) or any(
+        (folder / name).exists()
+        for name in ("chat_template.jinja", "chat_template.json", "additional_chat_templates"))
 
 
 def family_of(path: str | Path):
@@ -179,10 +206,25 @@ def metric_rows(results: dict) -> list[tuple]:
 
 
 def per_choice_loglikelihoods(samples: dict) -> dict:
-    """{task: [[log-likelihood of each choice] per document, in doc order]}."""
-    return {task: [[float(resp[0][0]) for resp in doc["resps"]]
-                   for doc in sorted(docs, key=lambda d: d["doc_id"])]
-            for task, docs in samples.items()}
+    """{task: [[log-likelihood of each choice] per document, in doc order]}, for the tasks
+    scored by log-likelihood (a response is (log-likelihood, is greedy))."""
+    return {task: [[float(resp[0][0]) for resp in doc["resps"]] for doc in _in_order(docs)]
+            for task, docs in samples.items() if not _generated(docs)}
+
+
+def generations(samples: dict) -> dict:
+    """{task: [the model's answer per document, in doc order, as scored]}, for the tasks
+    scored on generated text."""
+    return {task: [doc["filtered_resps"][0] for doc in _in_order(docs)]
+            for task, docs in samples.items() if _generated(docs)}
+
+
+def _in_order(docs: list[dict]) -> list[dict]:
+    return sorted(docs, key=lambda d: d["doc_id"])
+
+
+def _generated(docs: list[dict]) -> bool:
+    return any(isinstance(resp[0], str) for doc in docs for resp in doc["resps"])
 
 
 def _log_wandb(path: str | Path, wandb, home, rows: list[tuple]) -> None:

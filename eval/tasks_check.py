@@ -11,6 +11,9 @@ import yaml
 from core.errors import UserError
 
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
+ROOT = TASKS_DIR.parent.parent  # the checkout, or site-packages for an install
+# where the shipped tasks' data_files live, relative to ROOT (as the YAMLs spell them)
+DATA_FOLDERS = ("eval/tasks/data/", "zoo/tasks/assets/instructions/")
 ALIASES = {"arc": ["arc_easy", "arc_challenge"]}
 LOCAL_BUILDERS = {"json", "csv", "parquet", "text", "arrow"}
 
@@ -22,7 +25,9 @@ def sample_tasks_dir() -> Path:
     out.mkdir(exist_ok=True)
     for source in TASKS_DIR.iterdir():
         if source.suffix in (".yaml", ".py"):
-            text = source.read_text().replace("eval/tasks/data/", f"{TASKS_DIR}/data/")
+            text = source.read_text()
+            for folder in DATA_FOLDERS:
+                text = text.replace(folder, f"{ROOT / folder}/")
             (out / source.name).write_text(text)
     return out
 
@@ -85,6 +90,20 @@ def resolve_tasks(spec: str) -> tuple[list[str], object]:
                         "or a folder of task YAMLs")
     _check_hub_datasets(names, manager)
     return names, manager
+
+
+def generating_tasks(names: list[str], manager) -> list[str]:
+    """The tasks among `names` (not groups or tags) that score generated text."""
+    from lm_eval.tasks._yaml_loader import load_yaml  # lm_eval
+
+    found = []
+    for name in names:
+        entry = manager.task_index.get(name)
+        path = getattr(entry, "yaml_path", None)
+        if path and (load_yaml(path, resolve_func=False, recursive=True) or {}).get(
+                "output_type") == "generate_until":
+            found.append(name)
+    return found
 
 
 def _check_hub_datasets(names: list[str], manager) -> None:

@@ -251,6 +251,10 @@ def export(checkpoint, out):
 @click.option("--device", type=click.Choice(["cpu", "cuda", "xla"]), default="cpu",
               show_default=True)
 @click.option("--out", help="Folder for eval_results.json (default: next to the checkpoint).")
+@click.option("--chat-template/--no-chat-template", default=False, show_default=True,
+              help="Language models: render each prompt with the model's own chat template "
+              "(a tuned model, e.g. --tasks zoo_instructions); few-shot examples become "
+              "earlier turns.")
 def eval_command(checkpoint, tasks, **options):
     """Score CHECKPOINT (a run, a checkpoint or a Hugging Face folder): lm-eval tasks for
     language models, top-1 on an image folder for image classifiers."""
