@@ -71,8 +71,13 @@ class Tally:
 # ---------------------------------------------------------------- tokenizer
 
 
-def check_vocab(tokenizer, vocab_size: int) -> None:
-    """Token ids must fit the model's embedding table."""
+def check_vocab(tokenizer, vocab_size: int, weights_from: str | None = None) -> None:
+    """Token ids must fit the model's embedding table; pretrained weights (`weights_from`)
+    fix its size, so then only their own tokenizer can."""
+    if tokenizer is not None and len(tokenizer) > vocab_size and weights_from:
+        raise DataError(
+            f"tokenizer has {len(tokenizer)} tokens but the weights of {weights_from} have "
+            f"{vocab_size}; train with the tokenizer they were trained with (data.tokenizer)")
     if tokenizer is not None and len(tokenizer) > vocab_size:
         raise DataError(
             f"tokenizer has {len(tokenizer)} tokens but the model's vocab_size is "

@@ -24,6 +24,9 @@ Extension points (override in a subclass; the defaults are marked):
   eval_backend                    lm-eval's AutoModel kind ("causal", "seq2seq") for `zoo
                                   eval`, or None: then `evaluate(checkpoint, folder, options)`
   generates_text                  whether `zoo train` ends with a sampled continuation
+  sample_prompt                   what that sample continues (the user's --prompt wins)
+  chat                            whether prompts go through the tokenizer's chat template
+                                  (a model tuned on conversations answers them so)
   after_step(engine, step)        -> dict to log for that step, or None (default: None)
 """
 
@@ -55,6 +58,8 @@ class Task:
     unit = "examples"
     eval_backend: str | None = None
     generates_text = False
+    sample_prompt = "The"
+    chat = False
 
     def resolve(self, config: RunConfig) -> RunConfig:
         return config

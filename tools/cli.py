@@ -102,17 +102,19 @@ def models():
 
 
 @cli.command(context_settings={"ignore_unknown_options": True})
-@click.argument("model")
+@click.argument("model", required=False)
 @click.argument("overrides", nargs=-1)
 @click.option("--tpu", help=TPU_HELP)
 @click.option("--steps", type=POSITIVE, help="Optimizer steps to train (total, across resumes).")
 @click.option("--out", help="Run folder (default runs/MODEL); reruns resume from it.")
-@click.option("--init-from", help="Hugging Face checkpoint directory to start from.")
+@click.option("--init-from", help="Start from these weights: a zoo run folder or checkpoint, "
+              "or a Hugging Face folder or Hub name (MODEL may then be left out).")
 @click.option("--config", "config_files", multiple=True, help="YAML config file(s).")
 @click.option("--force-resume", is_flag=True,
               help="Resume the run in --out even though its settings differ from these.")
 @click.option(
-    "--prompt", default="The", show_default=True, help="Prompt for the sample printed at the end."
+    "--prompt", help="Prompt for the sample printed at the end (default: the task's, e.g. "
+    "'The'; a tuned model's is a question, put through its chat template)."
 )
 @click.option("--backend", type=click.Choice(["xla", "dtensor"]), default="xla", show_default=True,
               help="xla: torch_xla SPMD; dtensor: torch.distributed FSDP2, one process per "
@@ -129,6 +131,9 @@ def train(model, overrides, config_files, **options):
     Example: zoo train llama-tiny --tpu cpu-4 --steps 40 optim.lr=1e-3 remat=scan
     """
     from tools.launch import TrainRequest, launch  # start-up
+
+    if model and "=" in model:  # `zoo train --init-from DIR task=sft`: no model name
+        model, overrides = None, (model, *overrides)
 
     launch(TrainRequest(model, tuple(overrides), config_files=tuple(config_files), **options),
            click.echo)
@@ -199,7 +204,7 @@ def bench(**options):
 
 
 @cli.command(context_settings={"ignore_unknown_options": True})
-@click.argument("model")
+@click.argument("model", required=False)
 @click.argument("overrides", nargs=-1)
 @click.option("--tpu", required=True, help="Slice type, e.g. v4-8, v5p-128.")
 @click.option("--target-mfu", type=FiniteRange(min=0, max=1, min_open=True), default=0.5,

@@ -21,7 +21,7 @@ from tools.gcloud import Gcloud, Node
 class TrainRequest:
     """`zoo train`'s options as given, checked against each other once."""
 
-    model: str
+    model: str | None  # None: the --init-from's own
     overrides: tuple[str, ...]
     tpu: str | None
     steps: int | None
@@ -29,7 +29,7 @@ class TrainRequest:
     init_from: str | None
     config_files: tuple[str, ...]
     force_resume: bool
-    prompt: str
+    prompt: str | None
     backend: str
     nproc: int | None
     node: str | None
@@ -46,6 +46,12 @@ class TrainRequest:
                             "--tpu and --on are the xla backend's")
         if self.node and not self.tpu:
             raise UserError("--on needs --tpu TYPE: the slice type NAME must be")
+        if not self.model and not self.init_from:
+            raise UserError("name a model (see `zoo models`), or start from one with "
+                            "--init-from RUN_OR_HF_FOLDER")
+        if not self.model and self.node:
+            raise UserError("with --on, name the model too: the starting point (--init-from) "
+                            "is read on the TPU VM, not here")
 
 
 def launch(request: TrainRequest, echo: Callable[[str], object]) -> None:
@@ -76,14 +82,21 @@ def _launch_on_tpu_vm(request: TrainRequest, echo: Callable[[str], object]) -> N
 def _train_here(request: TrainRequest, echo: Callable[[str], object]) -> None:
     # torch and the families: start-up, paid only by a run that trains here
     from benchmarks.plan.analytic import check_fits
+    from core.config import given_value
     from zoo.app.generate import sample_after_training
+    from zoo.app.init_from import default_out, starting_point
     from zoo.app.run import resolve_run
     from zoo.app.train import describe_summary, train
 
-    flags = {"tpu": request.tpu, "steps": request.steps,
-             "out": request.out or f"runs/{request.model}", "init_from": request.init_from}
+    start = starting_point(request.init_from, request.model) if request.init_from else None
+    model = request.model or start.model_name
+    task = given_value("task", request.config_files, request.overrides)
+    out = request.out or (f"runs/{model}" if request.model else
+                          default_out(request.init_from, task))
+    flags = {"tpu": request.tpu, "steps": request.steps, "out": out,
+             "init_from": request.init_from}
     overrides = [f"{k}={v}" for k, v in flags.items() if v is not None] + list(request.overrides)
-    run = resolve_run(request.model, overrides, request.config_files)
+    run = resolve_run(model, overrides, request.config_files, start)
     if request.backend == "xla":
         check_fits(run)
     run, summary = train(run, request.force_resume, request.backend)
@@ -98,4 +111,5 @@ def _train_here(request: TrainRequest, echo: Callable[[str], object]) -> None:
         return
     text = run.task.generates_text and cfg.data.source != "synthetic"
     if text and current_hosts().main:  # the others' run folders hold no config
-        echo(sample_after_training(cfg.out, request.prompt))
+        echo(sample_after_training(cfg.out, request.prompt or run.task.sample_prompt,
+                                   chat=run.task.chat))

@@ -34,6 +34,11 @@ FILES = {
     "mixed/a.txt": "some text\n",
     "mixed/notes.csv": "a,b\n",
     "section.yaml": "optim: 0.001\n",
+    "sft_text.jsonl": '{"text": "no prompt"}\n',
+    "sft_empty.jsonl": '{"messages": [{"role": "user", "content": "hi"}, '
+                       '{"role": "assistant", "content": ""}]}\n',
+    "sft_role.jsonl": '{"messages": [{"role": "bot", "content": "hi"}, '
+                      '{"role": "assistant", "content": "x"}]}\n',
 }
 ZONE = ["--zone", "us-central2-b", "--dry-run"]
 CASES = [
@@ -62,6 +67,27 @@ CASES = [
      "model.capacity_factor must be a finite number > 0, not nan"),
     (["train", "vit-tiny", "model.patch_size=0"], "model.patch_size must be at least 1, not 0"),
     (["train", "t5-tiny", "source_len=0"], "source_len must be at least 1, not 0"),
+    # fine-tuning: the task, its starting point and its rows
+    (["train", "llama-tiny", "task=dpo"],
+     "task=dpo is not a task llama models train for; choose from causal-lm, sft"),
+    (["train", "vit-tiny", "task=sft"], "task=sft is not a task vit models train for"),
+    (["train", "--init-from", "{d}/nosuch", "task=sft"], "no such folder; give a zoo run"),
+    (["train", "mixtral-tiny", "--init-from", "{d}/run"],
+     "holds a llama-tiny model, not mixtral-tiny"),
+    (["train", "--init-from", "{d}/hf_bert", "task=sft"],
+     "no zoo model family for Hugging Face class BertModel"),
+    (["train", "llama-tiny", "task=sft", "data.source={d}/sft_text.jsonl"],
+     "sft_text.jsonl has neither a 'messages' column (chat rows) nor 'prompt' and"),
+    (["train", "llama-tiny", "task=sft", "data.source={d}/sft_empty.jsonl"],
+     "sft_empty.jsonl row 1: message 2 (assistant) has empty content"),
+    (["train", "llama-tiny", "task=sft", "data.source={d}/sft_role.jsonl"],
+     "sft_role.jsonl row 1: the chat template of tokenizer"),
+    (["train", "llama-tiny", "task=sft", "data.train_on=completion"],
+     "data.train_on=completion needs prompt/completion rows"),
+    (["train", "llama-tiny", "task=sft", "data.truncation=cut"],
+     "data.truncation must be one of drop, cut_prompt, not 'cut'"),
+    (["train", "llama-tiny", "data.source=synthetic", "data.document_mask=true"],
+     "data.document_mask keeps documents apart, and data.source=synthetic has none"),
     # optimizer and schedule numbers
     (["train", "llama-tiny", "optim.lr=inf"], "optim.lr must be a finite number >= 0, not inf"),
     (["train", "llama-tiny", "optim.lr=nan"], "optim.lr must be a finite number >= 0, not nan"),
@@ -140,7 +166,7 @@ CASES = [
     (["topology", "nope"], "unknown slice type 'nope'"),
     # run folders and checkpoints
     # command-line usage
-    (["train"], "Missing argument 'MODEL'. (see zoo train --help)"),
+    (["train"], "name a model (see `zoo models`), or start from one with --init-from"),
     (["generate", "{d}/run", "--prompt", "hi", "--max-new-tokens", "abc"],
      "'abc' is not a valid integer range. (see zoo generate --help)"),
     (["nosuchcommand"], "No such command 'nosuchcommand'. (see zoo --help)"),

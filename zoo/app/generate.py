@@ -82,12 +82,18 @@ def generate(
     temperature: float = 0.8,
     top_k: int = 40,
     seed: int = 0,
+    chat: bool = False,
 ) -> str:
     """Greedy when temperature is 0, else top-k (0 = all) sampling at that temperature. The
     defaults (`zoo generate`'s too) sample: greedy decoding of a freshly trained small model
-    repeats one token, often a blank line, where sampling shows what it learned."""
+    repeats one token, often a blank line, where sampling shows what it learned. `chat`:
+    the prompt is a user's turn, rendered by the tokenizer's chat template."""
     check_sampling(max_new_tokens, temperature, top_k)
     ids = tokenizer(prompt, return_tensors="pt").input_ids
+    if chat:
+        ids = torch.tensor([tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], add_generation_prompt=True,
+            tokenize=True, return_dict=False)])
     torch.manual_seed(seed)
     if hasattr(model, "generate"):  # a transformers model: with its KV cache
         from transformers import GenerationConfig, LogitsProcessorList  # transformers
@@ -124,12 +130,12 @@ def _refuse_non_finite(ids, scores):
     return scores
 
 
-def sample_after_training(run_folder: str, prompt: str) -> str:
+def sample_after_training(run_folder: str, prompt: str, chat: bool = False) -> str:
     """The sample line `zoo train` ends with; a run that went well but cannot be sampled
     says why instead."""
     try:
         model, tokenizer = load_for_generation(run_folder)
-        sample = generate(model, tokenizer, prompt, max_new_tokens=40)
+        sample = generate(model, tokenizer, prompt, max_new_tokens=40, chat=chat)
     except UserError as error:
         return f"sample: none, {error}"
     return f"sample: {sample!r}"

@@ -83,6 +83,18 @@ def refuse_misfit(checkpoint: str, problem: str | None) -> None:
                         "it and try again")
 
 
+def is_saved_run(path: str) -> bool:
+    """Whether `path` is a run folder, a checkpoint location or a checkpoint in either (a
+    URL always counts: a Hugging Face Hub name has none)."""
+    if "://" in path:
+        return True
+    try:
+        _saved_config(path)
+    except UserError:
+        return False
+    return True
+
+
 def _saved_config(path: str) -> tuple[tuple[str, str], str | None]:
     """((the run config's file, its text), the run folder when `path` is in one)."""
     store = Store(path)

@@ -5,7 +5,6 @@ and its checkpoint location while it trains."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 
 import yaml
@@ -16,12 +15,12 @@ from core import hosts as hosts_lib
 from core.backends.xla.runtime import start
 from core.engine import MIN_TIMED_STEPS, WARMUP_STEPS, Engine
 from core.errors import UserError
-from core.hf import check_architecture
 from core.store.checkpoint import check_writable, complete_steps
 from core.store.lease import RunIdentity, check_owner, leased
 from core.store.location import Store
 from core.store.run_folder import CHECKPOINTS, LOCATION_CONFIG, RUN_CONFIG, RUN_ID, RunFolder
 from core.store.run_home import RunHome
+from zoo.app.init_from import starting_point
 from zoo.app.run import Run
 from zoo.registry import ModelFamily
 
@@ -104,11 +103,10 @@ def build_engine(run: Run, build_model=None, force_resume: bool = False,
     family, cfg = run.family, run.config
     if backend == "xla":
         select_runtime(run.topology)
-    if cfg.init_from:
-        if family.load_hf is None:
-            raise UserError(f"{family.name} cannot load Hugging Face checkpoints (--init-from)")
-        check_architecture(cfg.init_from, family.hf_class)
-        cfg = dataclasses.replace(cfg, model=family.config_from_hf(cfg.init_from))
+    origin = run.start or (starting_point(cfg.init_from, run.model_name) if cfg.init_from
+                           else None)
+    if origin:
+        cfg = origin.apply(cfg)
     run = run.with_config(run.task.resolve(cfg))
     cfg = run.config
     # First: a bucket out of reach fails in seconds. One probe per machine: processes of
@@ -120,8 +118,8 @@ def build_engine(run: Run, build_model=None, force_resume: bool = False,
     if backend == "xla":
         start()
     model = (build_model or family.build)(run.built_config.model, seed=cfg.seed)
-    if cfg.init_from:
-        family.load_hf(model, cfg.init_from)
+    if origin:
+        origin.load(model)
     engine = Engine(cfg, model, run.task, run.rules, run.remat, run.topology,
                     forward_flops_per_item=family.forward_flops(cfg), backend=engine_backend)
     return run, engine

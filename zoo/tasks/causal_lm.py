@@ -137,7 +137,7 @@ class CausalLM(Task):
 
     def data(self, config: LMTrainConfig, process_index: int, process_count: int) -> TokenBatches:
         tokenizer, vocab = tokenizer_for(config), config.model.vocab_size
-        check_vocab(tokenizer, vocab)
+        check_vocab(tokenizer, vocab, config.init_from)
         return TokenBatches(config.data, tokenizer, config.seq_len, config.global_batch_size,
                             process_index, process_count, vocab_size=vocab,
                             held_out=config.eval_rows if config.eval_every else 0)

@@ -49,6 +49,8 @@ class SupervisedFineTuning(Task):
     unit = "tokens"
     eval_backend = "causal"
     generates_text = True
+    sample_prompt = 'Repeat the word "zoo".'
+    chat = True
 
     def __init__(self, base: Task, model_cls: type):
         self.base = base  # the family's causal-LM task: its loss, validation and export
@@ -72,7 +74,7 @@ class SupervisedFineTuning(Task):
 
     def data(self, config: SFTTrainConfig, process_index: int, process_count: int) -> SFTBatches:
         tokenizer = load_tokenizer(config.data.tokenizer)
-        check_vocab(tokenizer, config.model.vocab_size)
+        check_vocab(tokenizer, config.model.vocab_size, config.init_from)
         examples = _examples(config.data, config.seq_len)
         pad = tokenizer.eos_token_id if tokenizer.pad_token_id is None else tokenizer.pad_token_id
         batches = SFTBatches(examples, config.data, config.seq_len, config.global_batch_size,
