@@ -47,7 +47,7 @@ def test_micro_batches_and_processes_average_as_one_batch(tuned):
 
 def test_the_tuned_run_exports_with_its_chat_template(tuned, tmp_path):
     out, _ = tuned["xla"]
-    result = zoo("export", str(out), "--out", str(tmp_path / "hf"))
+    result = zoo("export", str(out), str(tmp_path / "hf"))
     assert result.returncode == 0, result.stderr[-2000:]
     from transformers import AutoTokenizer
 
