@@ -220,7 +220,7 @@ CASES = [
     (["eval", "{d}/run", "--tasks", "arc,hellaswag"],
      "task 'arc_easy' needs the Hugging Face Hub dataset 'allenai/ai2_arc', which is "
      "unreachable from here (offline?); use the local sample tasks (arc_easy_sample, "
-     "hellaswag_sample) or run where the Hub is reachable"),
+     "hellaswag_sample, zoo_instructions) or run where the Hub is reachable"),
     (["eval", "{d}/run", "--tasks", "{d}/no_tasks"], "has no YAML declaring a `task:`"),
     (["eval", "{d}/run", "--tasks", ","], "--tasks ',' names no task; give comma-separated"),
     (["eval", "{d}/run", "--tasks", "arc_easy_sample", "--limit", "0"],

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from core.errors import UserError
 from core.hf import check_architecture, local_dir, read_config
-from zoo.registry import ModelFamily, family_for_hf_architecture
+from zoo.registry import ModelFamily, family_for_hf_architecture, resolve
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 
@@ -58,7 +58,7 @@ class StartingPoint:
 def starting_point(source: str, model_name: str | None) -> StartingPoint:
     """What `--init-from source` starts from; `model_name` (None: the source's own) must be
     of the source's family."""
-    found = _from_zoo_run(source) if _is_zoo_run(source) else _from_hf(source)
+    found = _from_zoo_run(source) if _is_zoo_run(source) else _from_hf(source, model_name)
     own = found.model_name if found.zoo_run else found.family.name
     if model_name and own not in (model_name, model_name.partition("-")[0]):
         raise UserError(f"--init-from {source} holds a {own} model, not {model_name}; name "
@@ -80,23 +80,28 @@ def _from_zoo_run(source: str) -> StartingPoint:
     return StartingPoint(source, run.family, True, run.model_name, run.config.model, tokenizer)
 
 
-def _from_hf(source: str) -> StartingPoint:
+def _from_hf(source: str, model_name: str | None) -> StartingPoint:
+    """The family is the named model's (whose class the folder must hold), else the one
+    whose class config.json names."""
     if source.startswith((".", "/", "~")) and not Path(source).expanduser().exists():
         raise UserError(f"--init-from {source}: no such folder; give a zoo run folder or "
                         "checkpoint, or a Hugging Face folder or Hub name")
     architectures = read_config(source).get("architectures") or []
-    if not architectures:
-        raise UserError(f"{source}/config.json names no architecture (architectures); it is "
-                        "not a checkpoint --init-from can place in a family")
-    family = family_for_hf_architecture(architectures[0])
+    if model_name:
+        family = resolve(model_name)[0]
+    elif architectures:
+        family = family_for_hf_architecture(architectures[0])
+    else:
+        raise UserError(f"{source}/config.json names no architecture (architectures); name "
+                        "the model to start it as (zoo train MODEL --init-from ...)")
     if family.load_hf is None:
         raise UserError(f"{family.name} cannot load Hugging Face checkpoints (--init-from)")
     check_architecture(source, family.hf_class)
     folder = local_dir(source)
     tokenizer = str(folder) if any((folder / f).is_file() for f in TOKENIZER_FILES) else None
-    size = next(iter(family.sizes))  # a name for the run; the architecture is config.json's
-    return StartingPoint(source, family, False, f"{family.name}-{size}",
-                         family.config_from_hf(source), tokenizer)
+    # a name for the run (the architecture is config.json's): the one given, else a size's
+    name = model_name or f"{family.name}-{next(iter(family.sizes))}"
+    return StartingPoint(source, family, False, name, family.config_from_hf(source), tokenizer)
 
 
 def default_out(source: str, task: str | None) -> str:
