@@ -178,23 +178,27 @@ def test_bf16_training_runs_and_learns(tmp_path):
     assert steps[6] < steps[1]
 
 
-def test_init_from_a_hugging_face_directory(tmp_path):
+def test_init_from_a_hugging_face_directory_with_its_tokenizer_and_no_model_name(tmp_path):
     import transformers
 
+    from core.data import load_tokenizer
     from zoo.llama.config import LlamaConfig
 
     hf_dir = tmp_path / "hf"
     config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2)
     transformers.LlamaForCausalLM(config.to_hf()).save_pretrained(hf_dir)
+    load_tokenizer("default").save_pretrained(hf_dir)
     out = tmp_path / "run"
-    result = zoo("train", "llama-tiny", "--tpu", "cpu-1", "--steps", "2", "--out", str(out),
+    result = zoo("train", "--tpu", "cpu-1", "--steps", "2", "--out", str(out),
                  "--init-from", str(hf_dir), "seq_len=64", "log_every=1")
     assert result.returncode == 0, result.stderr[-3000:]
-    # a random 4096-token model starts near ln(4096) = 8.3; these HF weights (std 0.02) too,
-    # but the run must have used the HF architecture, not llama-tiny's
-    saved = (out / "config.yaml").read_text()
-    assert "hidden_size: 64" in saved and "num_hidden_layers: 2" in saved
+    assert f"init: weights of {hf_dir} (LlamaForCausalLM)" in result.stdout
+    # the family from config.json; the HF architecture, not llama-tiny's; its own tokenizer
+    saved = yaml.safe_load((out / "config.yaml").read_text())
+    assert saved["model_name"].startswith("llama-")
+    assert (saved["model"]["hidden_size"], saved["model"]["num_hidden_layers"]) == (64, 2)
+    assert saved["data"]["tokenizer"] == str(hf_dir)
 
 
 def test_resume_refuses_other_settings_and_allows_harmless_ones(reference_run, tmp_path):
