@@ -342,9 +342,9 @@ class TokenBatches:
         batch = {}
         if self.config.document_mask:  # a document starts after each EOS of the stream
             after_eos = tokens[np.clip(offsets - 1, 0, len(tokens) - 1)] == self.eos_id
-            starts = after_eos & (offsets > 0)
+            starts = after_eos & (offsets > 0) & ~padding
             labels = np.where(starts, IGNORE_INDEX, labels)
-            batch = stream_segments(ids, starts)
+            batch = stream_segments(ids, starts, padding)
         return {
             "input_ids": torch.from_numpy(ids.astype(np.int64)),
             "labels": torch.from_numpy(labels.astype(np.int64)),

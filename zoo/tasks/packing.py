@@ -97,13 +97,17 @@ def rows_of(tokens: np.ndarray, trained: np.ndarray, starts: np.ndarray, packed:
     return batch
 
 
-def stream_segments(row_tokens: np.ndarray, starts_document: np.ndarray) -> dict:
+def stream_segments(row_tokens: np.ndarray, starts_document: np.ndarray,
+                    padding: np.ndarray | None = None) -> dict:
     """Segment ids and positions for rows cut from a stream of documents (pretraining),
     given where documents start (`starts_document`, bool [rows, seq]; a row's first token
-    always starts a segment): each piece of a document in a row is a segment."""
+    always starts a segment): each piece of a document in a row is a segment; `padding`
+    (bool [rows, seq]) is segment 0, as in packed examples' rows."""
     starts = starts_document.copy()
     starts[:, 0] = True
     segment_ids = np.cumsum(starts, axis=1)
+    if padding is not None:
+        segment_ids = np.where(padding, 0, segment_ids)
     index = np.broadcast_to(np.arange(row_tokens.shape[1]), row_tokens.shape)
     segment_start = np.maximum.accumulate(np.where(starts, index, 0), axis=1)
     return {"segment_ids": torch.from_numpy(segment_ids.astype(np.int64)),
