@@ -79,24 +79,22 @@ def our_loss(model, batch: dict) -> torch.Tensor:
         return task.loss(model, batch)[0]
 
 
-def test_prompt_completion_loss_equals_transformers_with_the_prompt_masked(
-        tmp_path, tokenizer, models):
-    ours, theirs = models
-    config, found = examples(tmp_path, [{"prompt": p, "completion": c} for p, c in PAIRS],
-                             tokenizer)
-    batch, order = rows(config, found, tokenizer, packing=False)
-    lengths = [prompt_length_of_pair(tokenizer, PAIRS[e][0]) for e in order]
-    labels = hf_labels(batch["input_ids"], lengths, tokenizer.pad_token_id)
-    with torch.no_grad():
-        expected = theirs(batch["input_ids"], labels=labels).loss
-    torch.testing.assert_close(our_loss(ours, batch), expected, rtol=0, atol=1e-5)
+# rows as the data holds them, and each row's prompt length as a transformers user counts it
+FORMATS = {
+    "prompt-completion": ([{"prompt": p, "completion": c} for p, c in PAIRS],
+                          lambda tokenizer, e: prompt_length_of_pair(tokenizer, PAIRS[e][0])),
+    "chat": ([{"messages": chat} for chat in CHATS],
+             lambda tokenizer, e: prompt_length_of_chat(tokenizer, CHATS[e])),
+}
 
 
-def test_chat_loss_equals_transformers_with_the_prompt_masked(tmp_path, tokenizer, models):
+@pytest.mark.parametrize("form", FORMATS)
+def test_loss_equals_transformers_with_the_prompt_masked(tmp_path, tokenizer, models, form):
     ours, theirs = models
-    config, found = examples(tmp_path, [{"messages": chat} for chat in CHATS], tokenizer)
+    data, prompt_length = FORMATS[form]
+    config, found = examples(tmp_path, data, tokenizer)
     batch, order = rows(config, found, tokenizer, packing=False)
-    lengths = [prompt_length_of_chat(tokenizer, CHATS[e]) for e in order]
+    lengths = [prompt_length(tokenizer, e) for e in order]
     labels = hf_labels(batch["input_ids"], lengths, tokenizer.pad_token_id)
     with torch.no_grad():
         expected = theirs(batch["input_ids"], labels=labels).loss
