@@ -96,10 +96,10 @@ def _train_here(request: TrainRequest, echo: Callable[[str], object]) -> None:
     flags = {"tpu": request.tpu, "steps": request.steps, "out": out,
              "init_from": request.init_from}
     overrides = [f"{k}={v}" for k, v in flags.items() if v is not None] + list(request.overrides)
-    run = resolve_run(model, overrides, request.config_files, start)
+    run = resolve_run(model, overrides, request.config_files)
     if request.backend == "xla":
         check_fits(run)
-    run, summary = train(run, request.force_resume, request.backend)
+    run, summary = train(run, request.force_resume, request.backend, start)
     cfg = run.config
     if request.backend == "dtensor" and not current_hosts().main:
         return  # one report for the run, from its first process

@@ -45,6 +45,7 @@ def test_micro_batches_and_processes_average_as_one_batch(tuned):
     assert_same_losses(losses(tuned["dtensor"][0]), losses(tuned["xla"][0]), range(1, 4))
 
 
+@pytest.mark.slow  # exports write the run's tokenizer files by default (tests/e2e/test_eval.py)
 def test_the_tuned_run_exports_with_its_chat_template(tuned, tmp_path):
     out, _ = tuned["xla"]
     result = zoo("export", str(out), str(tmp_path / "hf"))

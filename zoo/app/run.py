@@ -16,7 +16,6 @@ from core.mesh import for_slices, resolve_axis_sizes
 from core.remat import RematConfig
 from core.sharding import ShardingRules
 from core.task import Task
-from zoo.app.init_from import StartingPoint
 from zoo.registry import ModelFamily, resolve
 
 
@@ -32,7 +31,6 @@ class Run:
     rules: ShardingRules
     remat: RematConfig
     mesh: dict[str, int]
-    start: StartingPoint | None = None  # what --init-from names, where already resolved
 
     @property
     def model_name(self) -> str:
@@ -51,10 +49,8 @@ class Run:
         return dataclasses.replace(self, config=config)
 
 
-def resolve_run(model_name: str, overrides: list[str], config_files=(),
-                start: StartingPoint | None = None) -> Run:
-    """The run `zoo train MODEL --config F... KEY=VALUE...` describes (`start`: its
-    --init-from, resolved already)."""
+def resolve_run(model_name: str, overrides: list[str], config_files=()) -> Run:
+    """The run `zoo train MODEL --config F... KEY=VALUE...` describes."""
     family, size = resolve(model_name)
     task = family.task_named(config_lib.given_value("task", config_files, overrides))
     config = config_lib.load(run_schema(family, size, task), files=config_files,
@@ -67,7 +63,7 @@ def resolve_run(model_name: str, overrides: list[str], config_files=(),
     rules = ShardingRules.from_yaml(family.preset("sharding", config.sharding))
     remat = config_lib.load(RematConfig, files=[family.preset("remat", config.remat)])
     remat.check_device(topology.is_tpu)
-    return Run(family, task, config, topology, rules, remat, mesh, start)
+    return Run(family, task, config, topology, rules, remat, mesh)
 
 
 def run_schema(family: ModelFamily, size: str, task: Task):

@@ -20,7 +20,7 @@ from core.store.lease import RunIdentity, check_owner, leased
 from core.store.location import Store
 from core.store.run_folder import CHECKPOINTS, LOCATION_CONFIG, RUN_CONFIG, RUN_ID, RunFolder
 from core.store.run_home import RunHome
-from zoo.app.init_from import starting_point
+from zoo.app.init_from import StartingPoint, starting_point
 from zoo.app.run import Run
 from zoo.registry import ModelFamily
 
@@ -92,19 +92,20 @@ def run_identity(cfg, family: ModelFamily, home, run_id: str | None):
 
 
 def build_engine(run: Run, build_model=None, force_resume: bool = False,
-                 backend: str = "xla"):
+                 backend: str = "xla", origin: StartingPoint | None = None):
     """(the run as trained, ready engine): runtime selected, model built, sharded and
     remat'ed on `backend` (core/backends); a run folder holding another run's
     checkpoints is refused unless `force_resume`. The run's config gains what training
     reads from files: a Hugging Face architecture (`init_from`), the task's token ids.
 
-    `build_model(config, seed)` replaces the family's model (the bench's HF peer)."""
+    `build_model(config, seed)` replaces the family's model (the bench's HF peer);
+    `origin` is the run's --init-from where the caller resolved it already."""
     engine_backend = backends.get(backend)  # first: the dtensor backend's process group
     family, cfg = run.family, run.config
     if backend == "xla":
         select_runtime(run.topology)
-    origin = run.start or (starting_point(cfg.init_from, run.model_name) if cfg.init_from
-                           else None)
+    if cfg.init_from and origin is None:
+        origin = starting_point(cfg.init_from, run.model_name)
     if origin:
         cfg = origin.apply(cfg)
     run = run.with_config(run.task.resolve(cfg))
@@ -125,9 +126,10 @@ def build_engine(run: Run, build_model=None, force_resume: bool = False,
     return run, engine
 
 
-def train(run: Run, force_resume: bool = False, backend: str = "xla") -> tuple[Run, dict]:
+def train(run: Run, force_resume: bool = False, backend: str = "xla",
+          origin: StartingPoint | None = None) -> tuple[Run, dict]:
     """(the run as trained, the training summary)."""
-    run, engine = build_engine(run, force_resume=force_resume, backend=backend)
+    run, engine = build_engine(run, force_resume=force_resume, backend=backend, origin=origin)
     with contextlib.ExitStack() as held:
         _hold_run(run.config, engine.home, run.family, held)
         return run, engine.fit()
