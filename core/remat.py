@@ -65,6 +65,7 @@ class LayerStack(nn.ModuleList):
     scan_policy: str | None = None  # remat policy inside the scan; None: keep everything
     depth: int | None = None  # the number of layers, once their weights are stacked
     _step_fn = None
+    _extra_dtypes: tuple = ()  # the dtypes of the extras the scan carries as fp32
 
     def forward(self, hidden: torch.Tensor, *extras):
         if self.scan and hidden.device.type == "xla":
@@ -125,7 +126,12 @@ class LayerStack(nn.ModuleList):
         partition = SCAN_POLICIES[self.scan_policy] if self.scan_policy else default_partition
         if self._step_fn is None:
             self._step_fn = functools.partial(LayerStack._layer_step, self)
-        carry, outputs = scan(self._step_fn, (hidden, *extras), self._stacked(), partition)
+        # torch_xla's scan makes every carried tensor require grad, which an integer one
+        # (packed rows' segment ids) cannot: it rides as fp32 (exact below 2**24) and each
+        # layer gets it back in its own dtype
+        self._extra_dtypes = tuple(extra.dtype for extra in extras)
+        carried = tuple(e if e.is_floating_point() else e.float() for e in extras)
+        carry, outputs = scan(self._step_fn, (hidden, *carried), self._stacked(), partition)
         return (carry[0], *outputs) if outputs is not None else carry[0]
 
     def _layer_step(self, carry, weights):
@@ -133,7 +139,8 @@ class LayerStack(nn.ModuleList):
         per-layer outputs leave as the scan's stacked ys."""
         hidden, *extras = carry
         hidden = checkpoint_name(hidden, LAYER_INPUT)
-        output, *outputs = _as_tuple(_call_with(self._template(), weights, hidden, *extras))
+        given = [extra.to(dtype) for extra, dtype in zip(extras, self._extra_dtypes)]
+        output, *outputs = _as_tuple(_call_with(self._template(), weights, hidden, *given))
         return (output, *extras), (tuple(outputs) if outputs else None)
 
 

@@ -39,6 +39,8 @@ def flash_attention(q, k, v, segment_ids=None):
     mesh = xs.get_global_mesh()
     spec = (BATCH_AXES, "tensor", None, None) if mesh is not None else None
     scale = 1.0 / math.sqrt(q.shape[-1])
+    if segment_ids is not None:  # the kernel is built by JAX without 64-bit types
+        segment_ids = segment_ids.int()
     return pallas_flash(q, k, v, causal=True, q_segment_ids=segment_ids,
                         kv_segment_ids=segment_ids, sm_scale=scale, partition_spec=spec,
                         mesh=mesh)
