@@ -1,5 +1,6 @@
 """A zoo run config in MaxText 0.2.5's config keys: the same model shapes, batch, sequence,
-mesh, remat, precision, attention and optimizer, so `zoo bench --compare maxtext` times and
+mesh, remat, precision, attention, optimizer and task (pretraining, or supervised
+fine-tuning on packed rows), so `zoo bench --compare maxtext` times and
 `zoo plan --compile --compare maxtext` compiles the same work. A setting that changes the
 program and has no MaxText counterpart is refused with its name, never dropped.
 """
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 from core.errors import UserError
 from core.mesh import resolve_axis_sizes
+from zoo.tasks.causal_lm import keeps_documents_apart
 
 # zoo remat preset -> (MaxText remat_policy, scan_layers). MaxText wraps every decoder layer
 # in jax.checkpoint whatever the policy ('none' saves nothing, as 'full' does), so keeping
@@ -27,6 +29,7 @@ SHARDING_AXES = {"fsdp": ("data", "fsdp"), "fsdp_tensor": ("data", "fsdp", "tens
                  "fsdp_expert": ("data", "fsdp", "expert")}
 DECODER_BLOCKS = {"llama": "llama2", "mixtral": "mixtral"}
 OPTIMIZERS = ("adamw", "sgd")
+PRETRAINING = ("causal-lm", "moe-causal-lm")  # the families' own tasks: MaxText's pre_train
 
 
 def maxtext_keys(family_name: str, cfg, topo) -> list[str]:
@@ -37,7 +40,7 @@ def maxtext_keys(family_name: str, cfg, topo) -> list[str]:
             f"dtype={'bfloat16' if cfg.runs_in_bf16(topo) else 'float32'}",
             "weight_dtype=float32",  # zoo keeps fp32 master weights either way
             f"attention={'flash' if cfg.model.uses_flash(topo.is_tpu) else 'dot_product'}",
-            *optimizer_keys(cfg.optim)]
+            *optimizer_keys(cfg.optim), *task_keys(cfg)]
 
 
 def model_keys(family_name: str, model) -> list[str]:
@@ -111,3 +114,21 @@ def optimizer_keys(optim) -> list[str]:
         raise UserError(f"optim.name={optim.name} has no MaxText counterpart here "
                         f"(optimizers that map: {', '.join(OPTIMIZERS)})")
     return [f"opt_type={optim.name}", f"gradient_clipping_threshold={optim.grad_clip:g}"]
+
+
+def task_keys(cfg) -> list[str]:
+    """Supervised fine-tuning as MaxText's SFT (`use_sft`, its loss on the completion only
+    unless zoo trains on every token), its rows packed with segment ids as zoo's
+    (`packing`); pretraining rows with documents kept apart (`data.document_mask`) are
+    MaxText's packed pretraining. MaxText's train step always takes segment ids and
+    positions (its `train_compile` batch carries both); these keys make its rows and loss
+    mask those of the zoo run. Unpacked pretraining keeps MaxText's defaults."""
+    task = getattr(cfg, "task", PRETRAINING[0])
+    if task == "sft":
+        every_token = cfg.data.train_on == "all"
+        return [f"packing={str(keeps_documents_apart(cfg)).lower()}", "use_sft=true",
+                f"sft_train_on_completion_only={str(not every_token).lower()}"]
+    if task not in PRETRAINING:
+        raise UserError(f"task={task} has no MaxText counterpart here (tasks that map: "
+                        f"{', '.join([*PRETRAINING, 'sft'])})")
+    return ["packing=true"] if keeps_documents_apart(cfg) else []
