@@ -129,7 +129,7 @@ def test_default_template_is_shipped_and_kept_by_the_build_script(tok):
     assert len(tok) == 4096  # the vocabulary, hence the pretraining token cache, is unchanged
     plain = load_tokenizer("default")
     plain.chat_template = None
-    assert packed_text._fingerprint(plain) == packed_text._fingerprint(tok)
+    assert packed_text.tokenizer_fingerprint(plain) == packed_text.tokenizer_fingerprint(tok)
 
 
 def test_default_template_chat_ids_equal_apply_chat_template_and_train_each_answer(

@@ -158,7 +158,7 @@ def tokenize_corpus(config: DataConfig, tokenizer) -> Corpus:
                    config.max_documents],
         "files": [(f, os.stat(f).st_mtime_ns, os.stat(f).st_size) for f in files or ()],
         "python": sys.version_info[:2] if config.source == "default" else None,
-        "tokenizer": _fingerprint(tokenizer),
+        "tokenizer": tokenizer_fingerprint(tokenizer),
     })
     if key not in _CORPORA:
         corpus = _cached_corpus(config, tokenizer, key)
@@ -169,7 +169,7 @@ def tokenize_corpus(config: DataConfig, tokenizer) -> Corpus:
     return _CORPORA[key]
 
 
-def _fingerprint(tokenizer) -> list:
+def tokenizer_fingerprint(tokenizer) -> list:
     """What token ids depend on: the whole vocabulary and merges, and the special tokens."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     vocab = backend.to_str() if backend is not None else repr(sorted(tokenizer.get_vocab().items()))

@@ -144,10 +144,6 @@ class SFTBatches:
         return (f"{self.rows.count:,} rows of {self.seq_len} ({how}, "
                 f"{self.rows.efficiency(self.seq_len):.1%} of row tokens are examples)")
 
-    @property
-    def batches_per_epoch(self) -> float:
-        return self._count / self.global_batch_size
-
     def batch(self, index: int) -> dict:
         if index < 0:
             raise ValueError(f"batch index must be >= 0, got {index}")

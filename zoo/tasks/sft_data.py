@@ -19,7 +19,6 @@ naming its file and row. A source is tokenized once into the token cache
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import itertools
 import json
 import os
@@ -31,6 +30,7 @@ import numpy as np
 from core import data
 from core.data import BUILDERS, DataError, check_seed
 from zoo.tasks import token_cache
+from zoo.tasks.packed_text import tokenizer_fingerprint
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_SOURCE = Path(__file__).resolve().parent / "assets" / "instructions" / "train.jsonl"
@@ -127,7 +127,7 @@ def load_examples(config: SFTDataConfig, tokenizer, seq_len: int) -> SFTExamples
                 config.completion_field, config.messages_field, config.train_on,
                 config.truncation, seq_len],
         "files": [(f, os.stat(f).st_mtime_ns, os.stat(f).st_size) for f in files or ()],
-        "tokenizer": _fingerprint(tokenizer),
+        "tokenizer": [*tokenizer_fingerprint(tokenizer), tokenizer.chat_template],
     })
     root = token_cache.cache_root(config.cache_dir)
     examples = _cached(root, key)
@@ -136,14 +136,6 @@ def load_examples(config: SFTDataConfig, tokenizer, seq_len: int) -> SFTExamples
         examples = _cached(root, key)
     _check_dropped(examples, config, seq_len)
     return examples
-
-
-def _fingerprint(tokenizer) -> list:
-    """What ids and masks depend on: vocabulary, merges, special tokens and chat template."""
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    vocab = backend.to_str() if backend is not None else repr(sorted(tokenizer.get_vocab().items()))
-    return [type(tokenizer).__name__, hashlib.sha256(vocab.encode()).hexdigest(),
-            tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.chat_template]
 
 
 # ---------------------------------------------------------------- cache
