@@ -126,20 +126,23 @@ class LayerStack(nn.ModuleList):
         partition = SCAN_POLICIES[self.scan_policy] if self.scan_policy else default_partition
         if self._step_fn is None:
             self._step_fn = functools.partial(LayerStack._layer_step, self)
-        # torch_xla's scan makes every carried tensor require grad, which an integer one
-        # (packed rows' segment ids) cannot: it rides as fp32 (exact below 2**24) and each
-        # layer gets it back in its own dtype
-        self._extra_dtypes = tuple(extra.dtype for extra in extras)
-        carried = tuple(e if e.is_floating_point() else e.float() for e in extras)
-        carry, outputs = scan(self._step_fn, (hidden, *carried), self._stacked(), partition)
+        carry = (hidden, *self.carried_extras(extras))
+        carry, outputs = scan(self._step_fn, carry, self._stacked(), partition)
         return (carry[0], *outputs) if outputs is not None else carry[0]
+
+    def carried_extras(self, extras) -> tuple:
+        """The extras as the scan carries them. torch_xla's scan makes every carried tensor
+        require grad, which an integer one (packed rows' segment ids) cannot: it rides as
+        fp32 (exact below 2**24) and `_layer_step` gives each layer its own dtype back."""
+        self._extra_dtypes = tuple(extra.dtype for extra in extras)
+        return tuple(e if e.is_floating_point() else e.float() for e in extras)
 
     def _layer_step(self, carry, weights):
         """The template's code on one layer's weights; extras ride along in the carry, and
         per-layer outputs leave as the scan's stacked ys."""
         hidden, *extras = carry
         hidden = checkpoint_name(hidden, LAYER_INPUT)
-        given = [extra.to(dtype) for extra, dtype in zip(extras, self._extra_dtypes)]
+        given = [extra.to(dtype) for extra, dtype in zip(extras, self._extra_dtypes, strict=True)]
         output, *outputs = _as_tuple(_call_with(self._template(), weights, hidden, *given))
         return (output, *extras), (tuple(outputs) if outputs else None)
 

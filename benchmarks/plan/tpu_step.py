@@ -166,7 +166,7 @@ def _partitioned_layers(stack, hidden, extras):
                             bw_compiler=keep, partition_fn=partition)
         stack.__dict__["_counted_step"] = step
     weights = stack._stacked()
-    carry, per_layer = (hidden, *extras), []
+    carry, per_layer = (hidden, *stack.carried_extras(extras)), []
     for i in range(len(next(iter(weights.values())))):
         carry, outputs = step(carry, {name: w[i] for name, w in weights.items()})
         per_layer.append(outputs)
