@@ -16,9 +16,10 @@ import time
 import fsspec
 import torch
 
-from core import backends
+from core import backends, lora
 from core import hosts as hosts_lib
 from core.flops import train_flops
+from core.lora import LoraConfig
 from core.mesh import MeshConfig
 from core.metrics import MetricsLogger, WandbConfig
 from core.nan_guard import NAN_POLICIES, NonFiniteStep, describe_non_finite, weights_finite
@@ -27,7 +28,7 @@ from core.profile import ProfileConfig
 from core.remat import RematConfig, apply_remat
 from core.sharding import ShardingRules
 from core.step import TrainStep
-from core.store.checkpoint import Checkpointer
+from core.store.checkpoint import BASE_FINGERPRINT, Checkpointer, CheckpointError
 from core.store.run_folder import CHECKPOINTS
 from core.store.run_home import RunHome
 from core.task import Task
@@ -68,6 +69,7 @@ class TrainConfig:
     sharding: str = "fsdp"  # preset name in the model family's sharding/ folder
     remat: str = "none"  # preset name in the model family's remat/ folder
     init_from: str | None = None  # Hugging Face checkpoint directory to start from
+    lora: LoraConfig = dataclasses.field(default_factory=LoraConfig)  # adapters on a frozen base
     mesh: MeshConfig = dataclasses.field(default_factory=MeshConfig)
     optim: OptimConfig = dataclasses.field(default_factory=OptimConfig)
     schedule: ScheduleConfig = dataclasses.field(default_factory=ScheduleConfig)
@@ -243,6 +245,12 @@ class Engine:
             return 0
         before = self._compile_count()  # restoring compiles small graphs: not the step's
         state = self.checkpointer.restore(self.model, self.optimizer, self.scheduler, step=step)
+        saved_base = state["extra"].get(BASE_FINGERPRINT, {})
+        if not lora.same_fingerprint(saved_base, self._base_fingerprint):
+            raise CheckpointError(
+                f"the checkpoint at step {step} trained adapters on other frozen weights than "
+                f"this run starts from (was its --init-from folder changed?); restore that "
+                f"base, or train in a new --out")
         self.side_compiles += self._compile_count() - before
         if self.hosts.main:
             print(f"resuming from step {state['step']} ({self.checkpointer.directory})")
@@ -256,13 +264,23 @@ class Engine:
         if not weights_finite(self.model):
             raise NonFiniteStep(f"step {self.step}: the weights are not finite")
         self.checkpointer.save(
-            self.step, self.model, self.optimizer, self.scheduler, data_position=self.step
+            self.step, self.model, self.optimizer, self.scheduler, data_position=self.step,
+            extra={BASE_FINGERPRINT: self._base_fingerprint} if self._base_fingerprint else None,
         )
         self.side_compiles += self._compile_count() - before
         if self.hosts.main:  # a run in a bucket: its metrics so far go with the checkpoint
             self.home.push()
         if wait:
             self.checkpointer.wait()
+
+    @functools.cached_property
+    def _base_fingerprint(self) -> dict[str, float]:
+        """The frozen weights' fingerprint (none when all train), saved with each checkpoint
+        because the checkpoint does not hold them (core/store/checkpoint.py)."""
+        before = self._compile_count()
+        found = lora.fingerprint(self.model)
+        self.side_compiles += self._compile_count() - before
+        return found
 
     def _compile_count(self) -> int:
         return self.backend.compile_stats()[0]

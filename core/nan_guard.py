@@ -21,11 +21,11 @@ class NonFiniteStep(UserError):
 
 
 def updated_tensors(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> list:
-    """Everything an optimizer step writes on the device: the parameters and their state
+    """Everything an optimizer step writes on the device: the trained parameters and their state
     (AdamW's moments; not its step counter, a CPU scalar)."""
     state = [value for per_param in optimizer.state.values() for value in per_param.values()
              if isinstance(value, torch.Tensor) and value.device.type != "cpu"]
-    return [*model.parameters(), *state]
+    return [*(p for p in model.parameters() if p.requires_grad), *state]
 
 
 @contextlib.contextmanager
@@ -48,6 +48,7 @@ def describe_non_finite(values: dict[str, float]) -> str | None:
 
 
 def weights_finite(model: torch.nn.Module) -> bool:
-    """Whether every weight is finite (one small graph on the device, one bool back)."""
-    checks = [torch.isfinite(p).all() for p in model.parameters()]
+    """Whether every trained weight is finite (one small graph on the device, one bool
+    back); a frozen base is as it was loaded."""
+    checks = [torch.isfinite(p).all() for p in model.parameters() if p.requires_grad]
     return bool(torch.stack(checks).all().item())

@@ -14,6 +14,8 @@ that tied-embedding sizes lack). A spec lists, per tensor dimension, null (repli
 a list of mesh axes, or a logical axis (`batch`: the axes the inputs' batch is split over,
 core/mesh.py LOGICAL_AXES). Matching is strict both ways: a parameter that no rule covers and a
 rule that matches nothing (including one shadowed by an earlier rule) are errors naming them.
+A LoRA adapter (`x.lora_A.weight`, core/lora.py) needs no rule: it is split as the weight it
+adapts (`x.weight`) along the dimension the two share.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path
 import yaml
 
 from core.errors import UserError
+from core.lora import adapter_spec, base_weight_of
 from core.mesh import LOGICAL_AXES
 from core.table import format_table
 
@@ -177,12 +180,15 @@ def shard_shape(shape: tuple[int, ...], spec: Spec, mesh_axes: dict[str, int]) -
 def plan_params(model, rules: ShardingRules, mesh_axes: dict[str, int]) -> list[ParamPlan]:
     """The per-parameter plan; pure bookkeeping, works on a meta-device model."""
     params = dict(model.named_parameters())
-    chosen = match(list(params), rules.params, "param")
+    # a LoRA adapter is sharded as the weight it adapts (core/lora.py): no rule of its own
+    adapted = {name: base for name in params if (base := base_weight_of(name)) in params}
+    chosen = match([name for name in params if name not in adapted], rules.params, "param")
     plan = []
     for name, param in params.items():
-        rule = chosen[name]
+        rule = chosen[adapted.get(name, name)]
+        spec = adapter_spec(name, rule.spec) if name in adapted else rule.spec
         # A scanned stack's weights are [layers, ...]: the layer dim is never split.
-        spec = (None, *rule.spec) if f".{STACKED}." in name else rule.spec
+        spec = (None, *spec) if f".{STACKED}." in name else spec
         shape = tuple(param.shape)
         check_spec(spec, shape, mesh_axes, f"param '{name}' (rule '{rule.pattern}')")
         local = shard_shape(shape, spec, mesh_axes)

@@ -41,7 +41,8 @@ class TrainStep:
         """The step for a placed (sharded) model: its optimizer, the optimizer's state made
         before the first trace (so the step compiles once; `fill_state` makes placeholders
         instead when tracing ahead of time), and the schedule, in that order."""
-        optimizer = build_optimizer(config.optim, model.parameters())
+        trained = [p for p in model.parameters() if p.requires_grad]  # not a LoRA run's base
+        optimizer = build_optimizer(config.optim, trained)
         fill_state(optimizer)
         scheduler = build_schedule(config.schedule, optimizer, config.steps)
         in_loop = backend.accumulates_in_loop if accumulate_in_loop is None else accumulate_in_loop

@@ -21,15 +21,17 @@ from core.hf import read_config
 from core.store.location import local_folder
 from core.store.run_folder import WANDB_ID
 from core.table import format_table
+from eval.export import adapter_base, tokenizer_folder
 from eval.tasks_check import generating_tasks, resolve_tasks
 
 RESULTS_FILE = "eval_results.json"
 
 
 def model_folder(checkpoint: str | Path) -> Path:
-    """An HF folder as is; a run or checkpoint folder (a path or a URL) through the export
-    cache."""
-    if _hf_folder(checkpoint) and list(Path(checkpoint).glob("*.safetensors")):
+    """An HF folder (or a PEFT adapter folder) as is; a run or checkpoint folder (a path or
+    a URL) through the export cache."""
+    if adapter_base(checkpoint) or (
+            _hf_folder(checkpoint) and list(Path(checkpoint).glob("*.safetensors"))):
         return Path(checkpoint)
     from eval.export import cached_export  # start-up
 
@@ -66,17 +68,22 @@ def evaluate(checkpoint: str, tasks: str | None, *, num_fewshot: int | None = No
             raise UserError("--tasks is required for language models, e.g. --tasks "
                             "arc_easy_sample,hellaswag_sample")
         names, manager = resolve_tasks(tasks)
+        if device == "xla" and adapter_base(path):
+            raise UserError(f"{path} is a LoRA adapter, and --device xla scores zoo's own "
+                            "models; score it with --device cpu or cuda, or export the run "
+                            "merged (zoo export RUN OUT) and score that")
         generating = generating_tasks(names, manager) if device == "xla" else []
         if generating:  # ZooXLALM scores log-likelihoods; its HF copy is on the meta device
             raise UserError(f"task '{generating[0]}' generates text, and --device xla only "
                             "scores log-likelihoods; run it with --device cpu or cuda")
         folder = model_folder(path)
-        if not (folder / "tokenizer_config.json").is_file():
-            raise UserError(f"{folder} has no tokenizer (a run trained on "
+        tokenizer = Path(tokenizer_folder(folder))  # an adapter's base may be a Hub name
+        if tokenizer.is_dir() and not (tokenizer / "tokenizer_config.json").is_file():
+            raise UserError(f"{tokenizer} has no tokenizer (a run trained on "
                             "data.source=synthetic has none), and lm-eval scores text; "
                             "evaluate a run trained on text")
-        if chat_template and not has_chat_template(folder):
-            raise UserError(f"{folder} has no chat template (no chat_template in "
+        if chat_template and tokenizer.is_dir() and not has_chat_template(tokenizer):
+            raise UserError(f"{tokenizer} has no chat template (no chat_template in "
                             "tokenizer_config.json, no chat_template.jinja), and "
                             "--chat-template renders every prompt with it; save the "
                             "tokenizer with one (tokenizer.chat_template = ...; "
@@ -131,6 +138,9 @@ def family_of(path: str | Path):
     """The zoo family of a run, checkpoint or exported folder; None for other HF folders."""
     from zoo.registry import FAMILIES, family  # start-up
 
+    base = adapter_base(path)
+    if base:  # scored as its base model is
+        return family_of(base) if _hf_folder(base) else None
     if _hf_folder(path):
         architectures = read_config(str(path)).get("architectures") or []
         for name in FAMILIES:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from safetensors.torch import save_file
 
+from core import lora
 from core.cache import cache_home
 from core.errors import UserError
 from core.hf import misfit, read_config
@@ -26,19 +27,61 @@ from zoo.app.run import Run
 from zoo.app.saved_run import checkpoint_of, load_run, newest_weights, refuse_misfit
 
 MAX_SHARD_SIZE = "2GB"
+ADAPTER_CONFIG = "adapter_config.json"  # what makes a folder PEFT's adapter folder
 
 
-def export(checkpoint: str | Path, out: str | Path) -> Exported:
-    """Write the newest checkpoint `checkpoint` names as a Hugging Face folder `out`."""
+def export(checkpoint: str | Path, out: str | Path, adapter: bool = False) -> Exported:
+    """Write the newest checkpoint `checkpoint` names as a Hugging Face folder `out` (a LoRA
+    run's adapters merged into its base), or with `adapter` a LoRA run's adapters as a PEFT
+    adapter folder over its base."""
     out = Path(local_folder(out, "zoo export OUT"))
     if out.exists():
         raise UserError(f"{out} already exists; remove it or choose another output folder")
     run, _ = load_run(checkpoint)
     if run.family.hf_class is None:
         raise UserError(f"{run.family.name} declares no Hugging Face class to export to")
-    folder, weights = newest_weights(checkpoint)
-    _write(run, weights, out, folder)
+    if adapter:
+        base = _adapter_base(run, checkpoint)
+        folder, weights = newest_weights(checkpoint, merge_adapters=False)
+        _written(out, lambda tmp: _write_adapter(run, weights, base, folder, tmp))
+    else:
+        folder, weights = newest_weights(checkpoint)
+        _write(run, weights, out, folder)
     return Exported(folder, out)
+
+
+def _adapter_base(run: Run, checkpoint: str | Path) -> str:
+    """The Hugging Face folder (or Hub name) a LoRA run's adapters apply to: its
+    --init-from, exported first when that is a zoo run."""
+    cfg = run.config
+    if not cfg.lora.enabled:
+        raise UserError(f"{checkpoint} trained every weight (lora.rank=0), so it has no "
+                        "adapter; export it without --adapter")
+    if not cfg.init_from:
+        raise UserError(f"{checkpoint} trained its adapters on random weights (no "
+                        "--init-from), which no Hugging Face folder holds; export the merged "
+                        "model (without --adapter)")
+    from zoo.app.saved_run import is_saved_run  # start-up
+
+    return str(cached_export(cfg.init_from)) if is_saved_run(cfg.init_from) else cfg.init_from
+
+
+def _write_adapter(run: Run, adapters: dict, base: str, checkpoint: str, folder: Path) -> None:
+    """PEFT's adapter folder: adapter_config.json, adapter_model.safetensors (PEFT's key
+    names) and the tokenizer, after the base is checked to be the one the run trained on."""
+    import peft  # start-up
+
+    from zoo.app.lora_weights import adapted_model  # start-up
+
+    adapted_model(run, checkpoint, adapters)  # refuses another base than the run's
+    cfg = run.config
+    peft.LoraConfig(r=cfg.lora.rank, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
+                    target_modules=list(cfg.lora.targets), base_model_name_or_path=base,
+                    task_type="CAUSAL_LM").save_pretrained(folder)
+    save_file({f"base_model.model.{name}": w.contiguous()
+               for name, w in lora.adapter_weights(adapters).items()},
+              str(folder / "adapter_model.safetensors"), metadata={"format": "pt"})
+    run.task.write_hf_extras(cfg, run.family.hf_config(cfg.model), folder)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,13 +102,23 @@ def _write(run: Run, weights: dict, out: Path, checkpoint: str) -> None:
     hf_config = family.hf_config(cfg.model)
     hf_config.architectures = [family.hf_class]
     refuse_misfit(checkpoint, misfit(family.hf_class, hf_config, weights))
+
+    def fill(tmp: Path) -> None:
+        run.task.write_hf_extras(cfg, hf_config, tmp)
+        hf_config.save_pretrained(tmp)
+        _write_weights(weights, tmp)
+
+    _written(out, fill)
+
+
+def _written(out: Path, fill) -> None:
+    """`fill(folder)` writes into a folder beside `out`, renamed into place once complete
+    (removed if it fails): no half-written export is ever taken for one."""
     tmp = out.with_name(out.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        run.task.write_hf_extras(cfg, hf_config, tmp)
-        hf_config.save_pretrained(tmp)
-        _write_weights(weights, tmp)
+        fill(tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -94,6 +147,26 @@ def _complete(folder: Path) -> bool:
     except (ValueError, KeyError):
         return False
     return (folder / "config.json").is_file() and all((folder / s).is_file() for s in shards)
+
+
+def adapter_base(path: str | Path) -> str | None:
+    """The base model (a folder or Hub name) of a PEFT adapter folder (`zoo export
+    --adapter`'s, or any other); None for other paths."""
+    config = Path(path) / ADAPTER_CONFIG
+    if "://" in str(path) or not config.is_file():
+        return None
+    base = json.loads(config.read_text()).get("base_model_name_or_path")
+    if not base:
+        raise UserError(f"{config} names no base model (base_model_name_or_path); add the "
+                        "folder or Hub name of the model the adapter was trained on")
+    return base
+
+
+def tokenizer_folder(folder: Path) -> str:
+    """Where a model folder's tokenizer is: the folder, or the base (a folder or Hub name)
+    of an adapter folder that has none."""
+    base = adapter_base(folder)
+    return base if base and not (folder / "tokenizer_config.json").is_file() else str(folder)
 
 
 def cached_export(checkpoint: str | Path) -> Path:
@@ -125,7 +198,12 @@ def _export_folder(home: RunHome, checkpoint: str) -> Path:
 
 def describe_export(exported: Exported) -> str:
     """The line `zoo export` ends with: the step, the folder, the transformers class it
-    loads as."""
-    hf_class = read_config(str(exported.folder)).get("architectures", ["?"])[0]
-    return (f"exported step {exported.step} ({exported.checkpoint}) -> {exported.folder} "
-            f"(loads with transformers' {hf_class})")
+    loads as (an adapter folder: the base peft loads it over)."""
+    adapter = exported.folder / ADAPTER_CONFIG
+    if adapter.is_file():
+        base = json.loads(adapter.read_text())["base_model_name_or_path"]
+        loads = f"a LoRA adapter: peft.PeftModel.from_pretrained over {base}"
+    else:
+        hf_class = read_config(str(exported.folder)).get("architectures", ["?"])[0]
+        loads = f"loads with transformers' {hf_class}"
+    return f"exported step {exported.step} ({exported.checkpoint}) -> {exported.folder} ({loads})"

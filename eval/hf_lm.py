@@ -14,14 +14,21 @@ import torch
 from lm_eval.models.huggingface import HFLM
 
 from core.hf import read_safetensor
+from eval.export import adapter_base, tokenizer_folder
 
 HEAD = "lm_head.weight"
 
 
 def hf_lm(folder: Path, backend: str, device: str, batch_size: int):
-    lm = HFLM(pretrained=str(folder), backend=backend, device=device, batch_size=batch_size)
-    restore_untied_head(lm.model, folder)
-    return lm
+    """lm-eval's model for a Hugging Face folder, or for a PEFT adapter folder over its
+    base."""
+    base = adapter_base(folder)
+    if base is None:
+        lm = HFLM(pretrained=str(folder), backend=backend, device=device, batch_size=batch_size)
+        restore_untied_head(lm.model, folder)
+        return lm
+    return HFLM(pretrained=base, peft=str(folder), tokenizer=tokenizer_folder(folder),
+                backend=backend, device=device, batch_size=batch_size)
 
 
 def restore_untied_head(model, folder: Path) -> None:

@@ -235,12 +235,14 @@ def plan(model, overrides, tpu, target_mfu, compile_, compare, as_json):
 @cli.command()
 @click.argument("checkpoint")
 @click.argument("out")
-def export(checkpoint, out):
+@click.option("--adapter", is_flag=True, help="A LoRA run: write its adapters as a PEFT "
+              "adapter folder over its --init-from base (default: the merged model).")
+def export(checkpoint, out, adapter):
     """Export a training run or checkpoint (CHECKPOINT) as a Hugging Face folder OUT."""
     from eval.export import describe_export  # torch
     from eval.export import export as export_checkpoint  # torch
 
-    click.echo(describe_export(export_checkpoint(checkpoint, out)))
+    click.echo(describe_export(export_checkpoint(checkpoint, out, adapter)))
 
 
 @cli.command("eval")

@@ -7,12 +7,13 @@ Each checkpoint is one folder under the checkpoint location:
         .metadata, __*_*.distcp   torch.distributed.checkpoint (DCP) shards, written by every
                                   process with its backend's planner (core/backends: torch_xla's
                                   SPMD planners, or DCP's own for DTensors): `model.<name>` for
-                                  model.state_dict(), `optim.<param name>.<key>` for each
-                                  optimizer state tensor (exp_avg, exp_avg_sq, step, ...)
+                                  model.state_dict() (less frozen weights: a LoRA run's
+                                  base), `optim.<param name>.<key>` for each optimizer
+                                  state tensor (exp_avg, exp_avg_sq, step, ...)
         trainer.pt                optimizer param groups (by parameter name), LR scheduler
         rng-00000.pt              per process: torch CPU and the device's RNG states
-        model.safetensors         only with consolidate=True: full unsharded weights by
-                                  state_dict (Hugging Face) name
+        model.safetensors         only with consolidate=True: the same model entries,
+                                  unsharded, by state_dict (Hugging Face) name
         meta.json                 step, data position, `extra`, process/device counts
         manifest.json             every file's size and checksum; written last, it commits
     DIR/step-00000060.damaged/    a checkpoint that failed its manifest, moved aside, kept
@@ -72,6 +73,8 @@ from core.store.run_folder import step_dir_name, step_of
 WEIGHTS_FILE = "model.safetensors"
 _META_FILE = "meta.json"
 _TRAINER_FILE = "trainer.pt"
+# the `extra` entry that records the frozen weights a checkpoint leaves out (core/lora.py)
+BASE_FINGERPRINT = "base_fingerprint"
 
 
 class CheckpointError(UserError):
@@ -153,7 +156,7 @@ class Checkpointer:
         shared = self._is_shared(hosts)
         if self._writer is None:  # every host reaches its first save together
             self._writer = hosts.new_group() if self.async_save else hosts
-        state = {f"model.{k}": v for k, v in model.state_dict().items()}
+        state = {f"model.{k}": v for k, v in trained_state(model).items()}
         state.update({f"optim.{n}.{key}": t for (n, key), t in opt_tensors.items()})
         meta.update(processes=hosts.count, devices=self.backend.device_count())
         job = _Save(
@@ -297,7 +300,7 @@ class Checkpointer:
             )
         reader = FsspecReader(folder.url)
         saved = reader.read_metadata().state_dict_metadata
-        model_state = model.state_dict(keep_vars=True)  # the live tensors: load in place
+        model_state = trained_state(model, keep_vars=True)  # the live tensors: load in place
         _check_model(folder, model_state, saved)
         trainer = _torch_load(folder, _TRAINER_FILE)
         names = _param_names(model)
@@ -371,7 +374,7 @@ def _full_weights(model) -> dict[str, torch.Tensor]:
         return value.full_tensor() if isinstance(value, DTensor) else value
 
     with _quiet_single_process():
-        return {k: whole(v.detach()).cpu().contiguous() for k, v in model.state_dict().items()}
+        return {k: whole(v.detach()).cpu().contiguous() for k, v in trained_state(model).items()}
 
 
 def check_writable(location) -> None:
@@ -437,6 +440,11 @@ def load_checkpoint(path) -> dict[str, torch.Tensor]:
     )
 
 
+def saved_extra(folder) -> dict:
+    """The `extra` a checkpoint folder was saved with."""
+    return json.loads(Store(folder).read_text(_META_FILE))["extra"]
+
+
 def _os_error(error: BaseException) -> OSError | None:
     """The OS error (e.g. ENOSPC) behind a failed write, also when DCP wraps it."""
     for _ in range(10):
@@ -485,6 +493,15 @@ def _read_weights(folder: Store) -> dict[str, torch.Tensor]:
 
 
 # -- helpers -------------------------------------------------------------------------------
+
+
+def trained_state(model, keep_vars: bool = False) -> dict[str, torch.Tensor]:
+    """What a checkpoint holds of the model: its state but the frozen parameters (a LoRA
+    run's base, which the run loads again from where it started and knows by the
+    fingerprint it saves, core/lora.py)."""
+    frozen = {name for name, param in model.named_parameters(remove_duplicate=False)
+              if not param.requires_grad}
+    return {k: v for k, v in model.state_dict(keep_vars=keep_vars).items() if k not in frozen}
 
 
 def _param_names(model) -> dict[int, str]:

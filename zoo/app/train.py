@@ -7,9 +7,10 @@ from __future__ import annotations
 import contextlib
 import os
 
+import torch
 import yaml
 
-from core import backends, runtime, topology
+from core import backends, lora, runtime, topology
 from core import config as config_lib
 from core import hosts as hosts_lib
 from core.backends.xla.runtime import start
@@ -116,11 +117,16 @@ def build_engine(run: Run, build_model=None, force_resume: bool = False,
         check_writable(cfg.checkpoint_location)
     if not force_resume:
         check_resumable(cfg)
+    if cfg.lora.enabled:  # bad targets are refused before a model is built for real
+        with torch.device("meta"):
+            lora.adapted_modules(family.build(run.built_config.model, init=False), cfg.lora)
     if backend == "xla":
         start()
     model = (build_model or family.build)(run.built_config.model, seed=cfg.seed)
     if origin:
         origin.load(model)
+    if cfg.lora.enabled:
+        lora.add_adapters(model, cfg.lora, seed=cfg.seed)
     engine = Engine(cfg, model, run.task, run.rules, run.remat, run.topology,
                     forward_flops_per_item=family.forward_flops(cfg), backend=engine_backend)
     return run, engine

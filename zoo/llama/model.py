@@ -113,6 +113,11 @@ class HeadsToHidden(nn.Linear):
         weight = self.weight if torch.is_grad_enabled() else self.weight.detach()
         return torch.einsum("bnsd,hnd->bsh", heads_out, self.weight_by_head(weight))
 
+    def features(self, heads_out):
+        """[batch, heads, seq, head_dim] -> [batch, seq, heads x head_dim], the layout an
+        `nn.Linear` takes: what a LoRA adapter on this layer reads (core/lora.py)."""
+        return heads_out.transpose(1, 2).flatten(2)
+
 
 class SplitHeads(nn.Module):
     """[rows, heads x head_dim] -> [rows, heads, head_dim]: a view, as a module so that

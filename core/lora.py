@@ -1,0 +1,182 @@
+"""LoRA adapters (Hu et al., 2021) on a model's linear layers, chosen by config (`lora.*`).
+
+Each adapted layer gets two children named as PEFT names them, `<layer>.lora_A` ([rank, in])
+and `<layer>.lora_B` ([out, rank], zero at the start), and a forward hook adds
+`lora_B(lora_A(dropout(x))) * alpha / rank` to the layer's output. Every other weight is
+frozen: no gradient, no optimizer state, nothing for FSDP to reduce.
+
+Why not peft's layers: peft replaces each target by a wrapper that moves its weight to
+`<layer>.base_layer.weight`, and zoo addresses base weights by name everywhere (sharding
+presets, Hugging Face import and export, scanned stacks, checkpoints); llama's o_proj also
+takes attention's heads, not features. Here every base name stays as it is, and adapters
+are sharded by their base weight's rule (core/sharding.py). peft is still what writes and
+reads the adapter folder (`eval/export.py`), with the same key names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+from torch import nn
+
+from core.errors import UserError
+
+ADAPTER_MATRICES = ("lora_A", "lora_B")
+
+
+@dataclasses.dataclass
+class LoraConfig:
+    rank: int = 0  # 0: no adapters, every weight trains
+    alpha: float = 16.0  # the adapters' output is scaled by alpha / rank
+    dropout: float = 0.0  # on the adapters' input
+    # module names, matched as PEFT's target_modules list: a name, or its last components
+    targets: list[str] = dataclasses.field(default_factory=lambda: ["q_proj", "v_proj"])
+
+    def __post_init__(self):
+        if self.rank < 0:
+            raise ValueError(f"lora.rank must be 0 (off) or a positive rank, not {self.rank}")
+        if not self.alpha > 0 or math.isinf(self.alpha):
+            raise ValueError(f"lora.alpha must be a positive number, not {self.alpha}")
+        if not 0 <= self.dropout < 1:
+            raise ValueError(f"lora.dropout must be in [0, 1), not {self.dropout}")
+        if self.rank and not self.targets:
+            raise ValueError("lora.targets is empty; name the modules to adapt, e.g. "
+                             "lora.targets=[q_proj,v_proj]")
+
+    @property
+    def enabled(self) -> bool:
+        return self.rank > 0
+
+    @property
+    def scale(self) -> float:
+        return self.alpha / self.rank
+
+
+def add_adapters(model: nn.Module, config: LoraConfig, seed: int) -> list[str]:
+    """Freeze `model` and adapt the modules `config.targets` names; their names. Refused in
+    one line, before anything changes: a target that matches nothing, one that matches a
+    module that is not linear, a rank above a layer's smaller dimension."""
+    targets = adapted_modules(model, config)
+    model.requires_grad_(False)
+    generator = torch.Generator().manual_seed(seed)
+    for module in targets.values():
+        _attach(module, config, generator)
+    return list(targets)
+
+
+def adapted_modules(model: nn.Module, config: LoraConfig) -> dict[str, nn.Linear]:
+    """name -> module of the layers `config.targets` adapts (works on a meta-device model,
+    so bad targets are refused before a model is built for real)."""
+    modules = dict(model.named_modules())
+    chosen = {name: module for name, module in modules.items()
+              if any(_matches(name, target) for target in config.targets)}
+    for target in config.targets:
+        if not any(_matches(name, target) for name in chosen):
+            linear = sorted({name.rsplit(".", 1)[-1] for name, m in modules.items()
+                             if isinstance(m, nn.Linear)})
+            raise UserError(f"lora.targets: '{target}' matches no module of the model; its "
+                            f"linear layers are {', '.join(linear)}")
+    for name, module in chosen.items():
+        if not isinstance(module, nn.Linear):
+            raise UserError(f"lora.targets: {name} is a {type(module).__name__}, not a linear "
+                            "layer; LoRA adapts linear layers only (name them instead)")
+        smaller = min(module.in_features, module.out_features)
+        if config.rank > smaller:
+            raise UserError(f"lora.rank={config.rank} is larger than {name}'s smaller "
+                            f"dimension ({module.out_features}x{module.in_features}); use a "
+                            f"rank up to {smaller}")
+    return chosen
+
+
+def _matches(name: str, target: str) -> bool:
+    """PEFT's rule for a target_modules list: the whole name or its last components."""
+    return name == target or name.endswith("." + target)
+
+
+def _attach(module: nn.Linear, config: LoraConfig, generator: torch.Generator) -> None:
+    """PEFT's initialisation: A Kaiming-uniform, B zero, so training starts at the base."""
+    module.lora_A = nn.Linear(module.in_features, config.rank, bias=False)
+    module.lora_B = nn.Linear(config.rank, module.out_features, bias=False)
+    with torch.no_grad():
+        nn.init.kaiming_uniform_(module.lora_A.weight, a=math.sqrt(5), generator=generator)
+        nn.init.zeros_(module.lora_B.weight)
+    module.lora_dropout = nn.Dropout(config.dropout) if config.dropout else nn.Identity()
+    module.lora_scale = config.scale
+    module.register_forward_hook(_add_adapter_output)
+
+
+def _add_adapter_output(module, args, output):
+    features = args[0]
+    if hasattr(module, "features"):  # a linear layer fed another layout (llama's o_proj)
+        features = module.features(features)
+    adapter = module.lora_B(module.lora_A(module.lora_dropout(features)))
+    return output + adapter * module.lora_scale
+
+
+def base_weight_of(name: str) -> str | None:
+    """`x.lora_A.weight` -> `x.weight`, the weight that adapter adapts; None for others."""
+    for matrix in ADAPTER_MATRICES:
+        suffix = f".{matrix}.weight"
+        if name.endswith(suffix):
+            return name[: -len(suffix)] + ".weight"
+    return None
+
+
+def adapter_spec(name: str, base_spec: tuple) -> tuple:
+    """An adapter matrix's sharding from its base weight's ([..., out, in]): lora_A
+    ([..., rank, in]) is split as the base's input dim, lora_B ([..., out, rank]) as its
+    output dim; the rank dim is replicated (it is small)."""
+    if name.endswith(".lora_A.weight"):
+        return (*base_spec[:-2], None, base_spec[-1])
+    return (*base_spec[:-1], None)
+
+
+def merged(weights: dict[str, torch.Tensor], scale: float) -> dict[str, torch.Tensor]:
+    """Full weights with every adapter folded into its base weight (W + scale * B @ A), and
+    the adapter matrices left out: a plain model of the base's architecture."""
+    out = {name: w for name, w in weights.items() if base_weight_of(name) is None}
+    for name, weight in weights.items():
+        if name.endswith(".lora_A.weight"):
+            base = base_weight_of(name)
+            lora_b = weights[name.replace(".lora_A.", ".lora_B.")]
+            delta = torch.einsum("...or,...ri->...oi", lora_b.double(), weight.double()) * scale
+            out[base] = (out[base].double() + delta).to(out[base].dtype)
+    return out
+
+
+def adapter_weights(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The adapter matrices alone."""
+    return {name: w for name, w in weights.items() if base_weight_of(name) is not None}
+
+
+def fingerprint(model: nn.Module) -> dict[str, float]:
+    """Per frozen weight (per layer in a scanned stack, by its Hugging Face name), its mean
+    square: what a checkpoint that holds only the trained weights records of the base, to
+    know it again (a changed --init-from folder)."""
+    from torch.distributed.tensor import DTensor  # start-up
+
+    from core.sharding import STACKED  # core.sharding reads this module
+
+    names, values = [], []
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if param.requires_grad:
+                continue
+            stack, stacked, rest = name.partition(f".{STACKED}.")
+            square = param.float().square()
+            if stacked:
+                names += [f"{stack}.{i}.{rest}" for i in range(param.shape[0])]
+                value = square.flatten(1).mean(1)
+            else:
+                names.append(name)
+                value = square.mean().reshape(1)
+            values.append(value.full_tensor() if isinstance(value, DTensor) else value)
+        return dict(zip(names, torch.cat(values).cpu().tolist())) if values else {}
+
+
+def same_fingerprint(saved: dict[str, float], found: dict[str, float]) -> bool:
+    """The same weights, up to summation order (another slice reduces in another order)."""
+    return saved.keys() == found.keys() and all(
+        math.isclose(saved[name], found[name], rel_tol=1e-4, abs_tol=1e-12) for name in saved)
