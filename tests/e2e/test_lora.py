@@ -1,0 +1,101 @@
+"""`zoo train --init-from RUN lora.rank=8` as a user runs it: adapters on a frozen base.
+Only the adapters train (every base weight bit for bit as loaded, no gradient and no
+optimizer state for it); the xla backend (4 devices) and the dtensor backend (2 processes)
+give the same losses, the xla one stopped and resumed half way; the checkpoint holds the
+adapters alone, a few percent of the full model's; the merged export and the PEFT adapter
+folder give the same logits."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tests.e2e.test_dtensor import assert_same_losses
+from tests.support.paths import ROOT
+from tests.support.runs import env, losses, side_by_side, trained_run, zoo
+
+TARGETS = "lora.targets=[q_proj,v_proj,o_proj,down_proj]"
+TUNE = ["lora.rank=8", TARGETS, "log_every=1", "seq_len=128", "checkpoint_every=2",
+        "optim.lr=1e-2"]  # 4 steps, all in the warm-up: the lr does not depend on --steps
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    """A pretrained run to start from."""
+    return trained_run(tmp_path_factory, ["llama-tiny", "--tpu", "cpu-1", "--steps", "2",
+                                          "seq_len=128", "checkpoint_every=2"])
+
+
+@pytest.fixture(scope="module")
+def tuned(base, tmp_path_factory):
+    """4 steps on each backend side by side; the xla run stops after 2 and is resumed."""
+    folder = tmp_path_factory.mktemp("lora")
+    runs = {"xla": ["--tpu", "cpu-4"], "dtensor": ["--backend", "dtensor", "--nproc", "2"]}
+
+    def train(name, *args):
+        common = ("train", "--init-from", str(base), *TUNE, *args, "--out", str(folder / name))
+        if name == "xla":
+            first = zoo(*common, "--steps", "2")
+            assert first.returncode == 0, first.stderr[-3000:]
+        return zoo(*common, "--steps", "4")
+
+    results = side_by_side([(name, *args) for name, args in runs.items()], run=train)
+    assert "resuming from step 2" in results[0].stdout
+    return {name: folder / name for name in runs}
+
+
+def test_xla_and_dtensor_tune_alike_and_a_resumed_run_continues(tuned):
+    assert_same_losses(losses(tuned["dtensor"]), losses(tuned["xla"]), range(1, 5))
+
+
+def test_the_checkpoint_holds_the_adapters_alone(tuned, base):
+    from core.store.checkpoint import load_checkpoint
+
+    def size(folder):
+        return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+
+    tuned_step = tuned["xla"] / "checkpoints" / "step-00000004"
+    assert set(load_checkpoint(tuned_step)) == {
+        f"model.layers.{i}.{m}.{a}.weight" for i in range(4)
+        for m in ("self_attn.q_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.down_proj")
+        for a in ("lora_A", "lora_B")}
+    full = size(base / "checkpoints" / "step-00000002")  # weights and AdamW state, as here
+    assert size(tuned_step) < 0.05 * full, (size(tuned_step), full)
+
+
+def test_only_the_adapters_train(tmp_path):
+    report = tmp_path / "report.json"
+    worker = subprocess.run(
+        [sys.executable, "-m", "tests.support.lora_worker", str(tmp_path / "run"), str(report),
+         "tpu=cpu-2", "steps=2", "lora.rank=8", TARGETS, "seq_len=128", "optim.lr=1e-2"],
+        env=env(), cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert worker.returncode == 0, worker.stderr[-3000:]
+    found = json.loads(report.read_text())
+    assert len(found["trained"]) == 4 * 4 * 2 and found["frozen"] > 0
+    assert found["changed"] == found["trained"]  # every base weight bit for bit as it was
+    assert found["optimizer_holds"] == found["trained"]
+    assert found["frozen_grads"] == []
+
+
+def test_the_merged_export_and_the_adapter_folder_agree(tuned, tmp_path):
+    import peft
+    import transformers
+
+    for args in ([], ["--adapter"]):
+        result = zoo("export", str(tuned["xla"]), str(tmp_path / f"out{len(args)}"), *args)
+        assert result.returncode == 0, result.stderr[-2000:]
+    assert "peft.PeftModel.from_pretrained over" in result.stdout
+    config = json.loads((tmp_path / "out1" / "adapter_config.json").read_text())
+    merged = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "out0")
+    over_base = transformers.AutoModelForCausalLM.from_pretrained(
+        config["base_model_name_or_path"])
+    adapted = peft.PeftModel.from_pretrained(over_base, tmp_path / "out1")
+    ids = torch.randint(0, 4096, (2, 32), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ours, theirs = merged(ids).logits, adapted(ids).logits
+        plain = transformers.AutoModelForCausalLM.from_pretrained(
+            config["base_model_name_or_path"])(ids).logits
+    assert (ours - plain).abs().max() > 1e-3  # the adapters trained
+    assert torch.allclose(ours, theirs, atol=1e-5, rtol=0)
