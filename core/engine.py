@@ -7,6 +7,7 @@ documented there."""
 from __future__ import annotations
 
 import collections
+import copy
 import dataclasses
 import functools
 import math
@@ -18,7 +19,6 @@ import torch
 
 from core import backends, lora
 from core import hosts as hosts_lib
-from core.flops import train_flops
 from core.lora import LoraConfig
 from core.mesh import MeshConfig
 from core.metrics import MetricsLogger, WandbConfig
@@ -117,7 +117,7 @@ class Engine:
         remat: RematConfig,
         topology: Topology,
         *,
-        forward_flops_per_item: float,
+        train_flops_per_item: float,
         backend=None,
     ):
         self.config, self.task, self.topology = config, task, topology
@@ -127,9 +127,19 @@ class Engine:
         self.devices = self.backend.device_count()
         self.bf16 = config.runs_in_bf16(self.topology)
         self.backend.check_remat(remat)
+        # a frozen copy of the starting model for a task that compares with it (DPO), but
+        # under LoRA: there the model with its adapters off is it
+        reference = (copy.deepcopy(model).requires_grad_(False)
+                     if task.reference_forwards and not lora.has_adapters(model) else None)
         apply_remat(model, remat)
         model, self.plan, self.mesh, self.mesh_sizes = self.backend.prepare(
             model, rules, config.mesh, self.bf16)
+        if reference is not None:
+            apply_remat(reference, remat)
+            reference = self.backend.prepare(reference, rules, config.mesh, self.bf16)[0]
+        if task.reference_forwards:
+            task = self.task = task.with_reference(reference, config)
+        self.train_flops_per_item = train_flops_per_item  # what MFU counts
         self.train_step = TrainStep.around(model, config, task, self.backend, self.bf16)
         self.model, self.optimizer = model, self.train_step.optimizer
         self.scheduler = self.train_step.scheduler
@@ -138,7 +148,6 @@ class Engine:
                                          consolidate=config.consolidate_checkpoints,
                                          async_save=config.async_checkpoints,
                                          backend=self.backend)
-        self.forward_flops_per_item = forward_flops_per_item
         self.data = task.data(config, self.backend.process_index(),
                               self.backend.process_count())
         self.step = 0
@@ -153,7 +162,7 @@ class Engine:
         return self.task.items_per_step(self.config)
 
     def flops_per_step(self) -> float:
-        return train_flops(self.forward_flops_per_item) * self.items_per_step()
+        return self.train_flops_per_item * self.items_per_step()
 
     # ---- the loop ----------------------------------------------------------------------
     def fit(self) -> dict:

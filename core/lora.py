@@ -15,6 +15,7 @@ reads the adapter folder (`eval/export.py`), with the same key names.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 
@@ -107,12 +108,78 @@ def _attach(module: nn.Linear, config: LoraConfig, generator: torch.Generator) -
     module.register_forward_hook(_add_adapter_output)
 
 
+def has_adapters(model: nn.Module) -> bool:
+    return any(hasattr(module, "lora_scale") for module in model.modules())
+
+
+@contextlib.contextmanager
+def adapters_off(model: nn.Module):
+    """The base model alone while inside (DPO's reference under LoRA: no second copy). A
+    scanned layer stack replays its first trace, so it cannot switch; refused in one line."""
+    from core.remat import LayerStack  # core.remat imports core.sharding, which reads this
+
+    if any(isinstance(m, LayerStack) and m.scan for m in model.modules()):
+        raise UserError("the model's adapters cannot be switched off inside a scanned layer "
+                        "stack (its trace is replayed), which DPO's reference under LoRA "
+                        "needs; use a remat preset without scan")
+    adapted = [module for module in model.modules() if hasattr(module, "lora_scale")]
+    for module in adapted:
+        module.lora_off = True
+    try:
+        yield
+    finally:
+        for module in adapted:
+            module.lora_off = False
+
+
 def _add_adapter_output(module, args, output):
+    if getattr(module, "lora_off", False):
+        return output
     features = args[0]
     if hasattr(module, "features"):  # a linear layer fed another layout (llama's o_proj)
         features = module.features(features)
     adapter = module.lora_B(module.lora_A(module.lora_dropout(features)))
     return output + adapter * module.lora_scale
+
+
+def step_flops_ratio(build_model, config: LoraConfig, loss, batch: dict) -> float:
+    """What a training step with adapters on a frozen base computes, against one that
+    trains every weight. A matmul's backward costs twice its forward, half of it for its
+    weight's gradient, which a frozen weight never gets: so the step is 3x the forward less
+    the forward of the layers whose weights are frozen. Counted from one forward of
+    `loss(model, batch)` on the meta device (nothing runs; no backward, which there would
+    break torch_xla's later ones under SPMD); `build_model()` builds on the meta device."""
+    from torch.utils.flop_counter import FlopCounterMode  # start-up
+
+    with torch.device("meta"):
+        model = build_model()
+        add_adapters(model, config, seed=0)
+    counter = FlopCounterMode(display=False)
+    frozen = []  # FLOPs of each frozen layer's own forward (its adapter's hook runs after)
+
+    def before(module, args):
+        module.flops_before = counter.get_total_flops()
+
+    def after(module, args, output):
+        frozen.append(counter.get_total_flops() - module.flops_before)
+
+    for module in model.modules():
+        if _frozen_layer(module):
+            module.register_forward_pre_hook(before)
+            module.register_forward_hook(after, prepend=True)
+    with counter, torch.no_grad():
+        loss(model, {k: v.to("meta") for k, v in batch.items()})
+    total = counter.get_total_flops()
+    return (3 * total - sum(frozen)) / (3 * total)
+
+
+def _frozen_layer(module: nn.Module) -> bool:
+    """A layer with frozen weights of its own and no weights below it but its adapter's:
+    its FLOPs are its own matmuls with those weights."""
+    own = list(module.parameters(recurse=False))
+    below = [p for name, child in module.named_children() if name not in ADAPTER_MATRICES
+             for p in child.parameters()]
+    return bool(own) and not any(p.requires_grad for p in own) and not below
 
 
 def base_weight_of(name: str) -> str | None:

@@ -28,6 +28,12 @@ Extension points (override in a subclass; the defaults are marked):
   chat                            whether prompts go through the tokenizer's chat template
                                   (a model tuned on conversations answers them so)
   after_step(engine, step)        -> dict to log for that step, or None (default: None)
+  reference_forwards              forwards of a frozen reference model in each step (DPO's:
+                                  1; default 0), counted in MFU
+  with_reference(reference, config) -> the task comparing with `reference`: the engine's
+                                  frozen copy of the starting model, placed as the model is,
+                                  or None under LoRA (the model with its adapters off);
+                                  called when reference_forwards (default: itself)
 """
 
 from __future__ import annotations
@@ -87,6 +93,11 @@ class Task:
     def evaluate(self, checkpoint: str | Path, folder: Path,
                  options: dict[str, Any]) -> tuple[list[tuple], dict]:
         raise NotImplementedError(f"{self.name} has no evaluation of its own")
+
+    reference_forwards = 0
+
+    def with_reference(self, reference: torch.nn.Module | None, config: RunConfig) -> Task:
+        return self
 
     # engine: a core.engine.Engine, Any as that module imports this one
     def after_step(self, engine: Any, step: int) -> dict[str, float] | None:

@@ -8,11 +8,8 @@ import dataclasses
 import math
 import re
 
-import torch
-
 from core import runtime, topology
 from core.errors import UserError
-from core.flops import train_flops
 from core.inputs import batch_devices, host_batch_size
 from core.out_of_memory import FIT_ADVICE
 from core.sharding import plan_params
@@ -35,6 +32,7 @@ class Plan:
     # bytes each chip sends over the data-center network per step (multi-slice): the
     # gradient reduction across slices, a ring all-reduce of its gradient shard
     dcn_bytes: float = 0.0
+    flops_basis: str = "3 x forward, causal"  # what model FLOPs count
 
     @property
     def total(self) -> float:
@@ -69,10 +67,12 @@ def make_plan(run: Run, target_mfu: float) -> Plan:
     """The run's per-device memory and step time at `target_mfu` on its topology."""
     family, cfg, topo, mesh, remat = run.family, run.config, run.topology, run.mesh, run.remat
     host_batch_size(cfg.global_batch_size, topo.hosts)  # what `zoo train` requires too
-    with torch.device("meta"):
-        model = family.build(cfg.model, init=False)
+    model = run.meta_model()
     params = plan_params(model, run.rules, mesh)
     param_bytes = sum(p.shard_bytes for p in params)
+    # a LoRA run's frozen base has no gradients and no optimizer state
+    trained = {name for name, param in model.named_parameters() if param.requires_grad}
+    trained_bytes = sum(p.shard_bytes for p in params if p.name in trained)
     states = OPTIMIZER_STATES.get(cfg.optim.name, 2)
     micro_batch = cfg.global_batch_size // cfg.grad_accum
     per_device = -(-micro_batch // batch_devices(mesh))  # XLA pads a batch smaller than the mesh
@@ -87,16 +87,16 @@ def make_plan(run: Run, target_mfu: float) -> Plan:
     )
     terms = {
         "parameters (fp32)": param_bytes,
-        "gradients (fp32)": param_bytes,
-        f"optimizer state ({cfg.optim.name})": states * param_bytes,
+        "gradients (fp32)": trained_bytes,
+        f"optimizer state ({cfg.optim.name})": states * trained_bytes,
         **activations,
         "gathered weights": gathered_weight_bytes(params, 2 if bf16 else 4),
     }
     items = run.task.items_per_step(cfg)
-    flops = train_flops(family.forward_flops(cfg)) * items
+    flops = run.train_flops_per_item() * items
     peak = topo.peak_bf16_flops or 0
     slices = cfg.mesh.dcn.get("data", 1)  # FSDP across slices adds per-layer gathers (warned)
-    gradient_shard = param_bytes / 4 * (2 if bf16 else 4)  # reduced in the compute dtype
+    gradient_shard = trained_bytes / 4 * (2 if bf16 else 4)  # reduced in the compute dtype
     return Plan(
         run.model_name,
         topo,
@@ -107,6 +107,8 @@ def make_plan(run: Run, target_mfu: float) -> Plan:
         flops / (target_mfu * peak) if peak else None,
         target_mfu,
         dcn_bytes=2 * (slices - 1) / slices * gradient_shard,
+        flops_basis=("forward and backward, causal, without the frozen base's weight "
+                     "gradients (LoRA)" if cfg.lora.enabled else Plan.flops_basis),
     )
 
 
@@ -167,7 +169,7 @@ def describe(plan: Plan) -> str:
         )
         if not plan.fits:
             lines.append(FIT_ADVICE)
-    lines.append(f"model FLOPs per step: {plan.flops_per_step:.3e} (3 x forward, causal)")
+    lines.append(f"model FLOPs per step: {plan.flops_per_step:.3e} ({plan.flops_basis})")
     if plan.step_time_at_target_s:
         lines.append(
             f"at {plan.target_mfu:.0%} MFU a step takes {plan.step_time_at_target_s:.3f} s"

@@ -68,12 +68,11 @@ def trace_step_hlo(run: Run) -> tuple[str, str, int]:
 
 
 def _trace(run: Run) -> tuple[str, str, int]:
-    family, rules, topo = run.family, run.rules, run.topology
+    rules, topo = run.rules, run.topology
     cfg = run.built_config
     start()
     mesh = build_mesh(cfg.mesh)
-    with torch.device("meta"):
-        model = family.build(cfg.model, init=False)
+    model = run.meta_model(cfg.model)
     apply_remat(model, run.remat)
     plan = plan_params(model, rules, axis_sizes(mesh))
     holders = Placeholders()
@@ -133,8 +132,7 @@ def _meta_train_step_flops(run, cfg) -> float:
         return self._scan(hidden, extras) if self.scan else original_forward(self, hidden, *extras)
 
     plain = {"attention": "plain"} if hasattr(cfg.model, "attention") else {}
-    with torch.device("meta"):
-        model = run.family.build(dataclasses.replace(cfg.model, **plain), init=False)
+    model = run.meta_model(dataclasses.replace(cfg.model, **plain))
     apply_remat(model, run.remat)
     batch = {k: v.to("meta") for k, v in run.task.example_batch(cfg).items()}
     counter = FlopCounterMode(display=False)

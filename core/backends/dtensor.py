@@ -56,6 +56,7 @@ class DTensorBackend:
     name = "dtensor"
     accumulates_in_loop = False  # micro-batches unrolled in Python: eager ops, no trace
     one_console = True  # torchrun's processes share the launcher's: the first one speaks
+    places_one_model = True  # prepare() keeps the model's FSDP root: no second model beside it
 
     @property
     def loss_parts(self) -> int:

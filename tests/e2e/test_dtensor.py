@@ -50,6 +50,8 @@ def assert_same_losses(ours: dict, theirs: dict, steps) -> None:
             step, ours[step], theirs[step])
 
 
+@pytest.mark.slow  # by default dtensor's losses are compared with xla's by tests/e2e/test_sft.py
+# (grad_accum, packed rows) and tests/e2e/test_lora.py (adapters, a resumed run)
 def test_two_processes_train_as_the_xla_backend(dtensor_run, xla_run):
     assert_same_losses(losses(dtensor_run), losses(xla_run), range(1, 7))
     assert (dtensor_run / "checkpoints" / "step-00000006" / "manifest.json").exists()

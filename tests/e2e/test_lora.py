@@ -14,7 +14,7 @@ import torch
 
 from tests.e2e.test_dtensor import assert_same_losses
 from tests.support.paths import ROOT
-from tests.support.runs import env, losses, side_by_side, trained_run, zoo
+from tests.support.runs import env, losses, side_by_side, zoo
 
 TARGETS = "lora.targets=[q_proj,v_proj,o_proj,down_proj]"
 TUNE = ["lora.rank=8", TARGETS, "log_every=1", "seq_len=128", "checkpoint_every=2",
@@ -22,20 +22,14 @@ TUNE = ["lora.rank=8", TARGETS, "log_every=1", "seq_len=128", "checkpoint_every=
 
 
 @pytest.fixture(scope="module")
-def base(tmp_path_factory):
-    """A pretrained run to start from."""
-    return trained_run(tmp_path_factory, ["llama-tiny", "--tpu", "cpu-1", "--steps", "2",
-                                          "seq_len=128", "checkpoint_every=2"])
-
-
-@pytest.fixture(scope="module")
-def tuned(base, tmp_path_factory):
+def tuned(pretrained_run, tmp_path_factory):
     """4 steps on each backend side by side; the xla run stops after 2 and is resumed."""
     folder = tmp_path_factory.mktemp("lora")
     runs = {"xla": ["--tpu", "cpu-4"], "dtensor": ["--backend", "dtensor", "--nproc", "2"]}
 
     def train(name, *args):
-        common = ("train", "--init-from", str(base), *TUNE, *args, "--out", str(folder / name))
+        common = ("train", "--init-from", str(pretrained_run), *TUNE, *args,
+                  "--out", str(folder / name))
         if name == "xla":
             first = zoo(*common, "--steps", "2")
             assert first.returncode == 0, first.stderr[-3000:]
@@ -50,7 +44,7 @@ def test_xla_and_dtensor_tune_alike_and_a_resumed_run_continues(tuned):
     assert_same_losses(losses(tuned["dtensor"]), losses(tuned["xla"]), range(1, 5))
 
 
-def test_the_checkpoint_holds_the_adapters_alone(tuned, base):
+def test_the_checkpoint_holds_the_adapters_alone(tuned, pretrained_run):
     from core.store.checkpoint import load_checkpoint
 
     def size(folder):
@@ -61,7 +55,7 @@ def test_the_checkpoint_holds_the_adapters_alone(tuned, base):
         f"model.layers.{i}.{m}.{a}.weight" for i in range(4)
         for m in ("self_attn.q_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.down_proj")
         for a in ("lora_A", "lora_B")}
-    full = size(base / "checkpoints" / "step-00000002")  # weights and AdamW state, as here
+    full = size(pretrained_run / "checkpoints" / "step-00000002")  # weights and AdamW state
     assert size(tuned_step) < 0.05 * full, (size(tuned_step), full)
 
 

@@ -8,32 +8,25 @@ import pytest
 import yaml
 
 from tests.e2e.test_dtensor import assert_same_losses
-from tests.support.runs import losses, side_by_side, trained_run, zoo
+from tests.support.runs import losses, side_by_side, zoo
 
 TUNE = ["task=sft", "--steps", "3", "log_every=1", "seq_len=128", "checkpoint_every=3"]
 
 
 @pytest.fixture(scope="module")
-def base(tmp_path_factory):
-    """A pretrained run to start from."""
-    return trained_run(tmp_path_factory, ["llama-tiny", "--tpu", "cpu-1", "--steps", "2",
-                                          "seq_len=128", "checkpoint_every=2"])
-
-
-@pytest.fixture(scope="module")
-def tuned(base, tmp_path_factory):
+def tuned(pretrained_run, tmp_path_factory):
     """The same tuning on each backend, side by side."""
     folder = tmp_path_factory.mktemp("tuned")
     runs = {"xla": ["--tpu", "cpu-2", "grad_accum=2"], "dtensor": ["--backend", "dtensor",
                                                                   "--nproc", "2"]}
-    results = side_by_side([("train", "--init-from", str(base), *TUNE, *args,
+    results = side_by_side([("train", "--init-from", str(pretrained_run), *TUNE, *args,
                              "--out", str(folder / name)) for name, args in runs.items()])
     return {name: (folder / name, result) for name, result in zip(runs, results)}
 
 
-def test_tuning_a_run_needs_no_model_name_and_starts_from_its_weights(tuned, base):
+def test_tuning_a_run_needs_no_model_name_and_starts_from_its_weights(tuned, pretrained_run):
     out, result = tuned["xla"]
-    assert f"init: weights of {base}/checkpoints/step-00000002" in result.stdout
+    assert f"init: weights of {pretrained_run}/checkpoints/step-00000002" in result.stdout
     config = yaml.safe_load((out / "config.yaml").read_text())
     assert (config["model_name"], config["task"]) == ("llama-tiny", "sft")
     assert "sft data: zoo/tasks/assets/instructions/train.jsonl (chat" in result.stderr

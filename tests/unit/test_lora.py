@@ -141,3 +141,29 @@ def test_a_fingerprint_knows_its_base_again():
     with torch.no_grad():
         model.model.layers[1].mlp.down_proj.weight.mul_(1.01)
     assert not lora.same_fingerprint(saved, lora.fingerprint(model))
+
+
+def test_the_step_flops_a_lora_run_counts_are_what_its_backward_computes():
+    """MFU's count (3x the forward less the frozen layers' weight gradients) against the
+    FLOPs torch counts in a real forward and backward on the CPU."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from zoo.app.run import resolve_run
+
+    fam, config, _ = tiny_llama(init=False)
+    task = fam.task
+    batch = task.example_batch(resolve_run("llama-tiny", ["global_batch_size=1"]).config)
+
+    def counted(adapted: bool) -> int:
+        model = fam.build(config, init=False)
+        if adapted:
+            lora.add_adapters(model, CONFIG, seed=0)
+        counter = FlopCounterMode(display=False)
+        with counter:
+            task.loss(model, batch)[0].backward()
+        return counter.get_total_flops()
+
+    ratio = lora.step_flops_ratio(lambda: fam.build(config, init=False), CONFIG, task.loss,
+                                  batch)
+    assert ratio == pytest.approx(counted(True) / counted(False), rel=0.05)
+    assert ratio < 0.8

@@ -10,7 +10,9 @@ import copy
 import dataclasses
 
 from core import config as config_lib
+from core import lora
 from core import topology as topology_lib
+from core.flops import train_flops
 from core.inputs import batch_devices
 from core.mesh import for_slices, resolve_axis_sizes
 from core.remat import RematConfig
@@ -42,6 +44,33 @@ class Run:
         family's hardware choices made, e.g. llama's attention=auto -> flash on a TPU)."""
         model = self.family.model_for(self.config.model, self.topology, self.config.mesh)
         return dataclasses.replace(self.config, model=model)
+
+    def meta_model(self, model_config=None):
+        """The run's model on the meta device (nothing allocated; `model_config` in place of
+        its architecture), with its LoRA adapters: what plans count and trace."""
+        import torch  # start-up
+
+        with torch.device("meta"):
+            model = self.family.build(model_config or self.config.model, init=False)
+            if self.config.lora.enabled:
+                lora.add_adapters(model, self.config.lora, seed=0)
+        return model
+
+    def train_flops_per_item(self) -> float:
+        """Model FLOPs of one item's step, what MFU counts: 3x the forward (and the forward
+        of a reference model, DPO's), less the weight gradients a LoRA run's frozen base
+        never computes."""
+        cfg = self.config
+        forward = self.family.forward_flops(cfg)
+        full = train_flops(forward) + self.task.reference_forwards * forward  # DPO's reference
+        if not cfg.lora.enabled:
+            return full
+        plain = {"attention": "plain"} if hasattr(cfg.model, "attention") else {}  # countable
+        model = dataclasses.replace(cfg.model, **plain)
+        trained = lora.step_flops_ratio(  # the family's own loss: the model's step alone
+            lambda: self.family.build(model, init=False), cfg.lora, self.family.task.loss,
+            self.family.task.example_batch(dataclasses.replace(cfg, global_batch_size=1)))
+        return full - train_flops(forward) * (1 - trained)
 
     def with_config(self, config) -> Run:
         """The same run with its config refined (a Hugging Face architecture, the task's

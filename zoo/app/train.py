@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import os
 
-import torch
 import yaml
 
 from core import backends, lora, runtime, topology
@@ -117,9 +116,14 @@ def build_engine(run: Run, build_model=None, force_resume: bool = False,
         check_writable(cfg.checkpoint_location)
     if not force_resume:
         check_resumable(cfg)
-    if cfg.lora.enabled:  # bad targets are refused before a model is built for real
-        with torch.device("meta"):
-            lora.adapted_modules(family.build(run.built_config.model, init=False), cfg.lora)
+    if run.task.reference_forwards and not cfg.lora.enabled and engine_backend.places_one_model:
+        raise UserError(f"task={run.task.name} compares with a frozen copy of the starting "
+                        f"model, which --backend {backend} cannot place beside it; train LoRA "
+                        "adapters (lora.rank=8: the reference is the model with them off) or "
+                        "use --backend xla")
+    # counted on the meta device: a LoRA run's bad targets are refused before a model is
+    # built for real
+    train_flops_per_item = run.train_flops_per_item()
     if backend == "xla":
         start()
     model = (build_model or family.build)(run.built_config.model, seed=cfg.seed)
@@ -128,7 +132,7 @@ def build_engine(run: Run, build_model=None, force_resume: bool = False,
     if cfg.lora.enabled:
         lora.add_adapters(model, cfg.lora, seed=cfg.seed)
     engine = Engine(cfg, model, run.task, run.rules, run.remat, run.topology,
-                    forward_flops_per_item=family.forward_flops(cfg), backend=engine_backend)
+                    train_flops_per_item=train_flops_per_item, backend=engine_backend)
     return run, engine
 
 

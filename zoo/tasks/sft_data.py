@@ -14,6 +14,8 @@ An example longer than `seq_len` is dropped, or its prompt's head is cut; the pa
 (zoo/tasks/packing.py) then lays the examples into rows. A bad row is refused in one line
 naming its file and row. A source is tokenized once into the token cache
 (zoo/tasks/token_cache.py), keyed by its files, the tokenizer, its template and the options.
+The preference pairs of zoo/tasks/dpo_data.py are read, rendered, fitted and cached by the
+same public steps (read_parts, encode_*, fit_rows, load_cached).
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ import itertools
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -37,6 +41,7 @@ DEFAULT_SOURCE = Path(__file__).resolve().parent / "assets" / "instructions" / "
 TRAIN_ON = ("auto", "completion", "assistant", "all")
 TRUNCATION = ("drop", "cut_prompt")
 CHUNK = 1024  # rows tokenized per call (a fast tokenizer spreads a call over all cores)
+Examples = TypeVar("Examples")  # SFTExamples, or another loader's (tokens, trained, starts, ...)
 
 
 @dataclasses.dataclass
@@ -63,16 +68,22 @@ class SFTDataConfig:
     max_skipped_share: float = 0.1
 
     def __post_init__(self):
-        check_seed(self.shuffle_seed)
         if self.train_on not in TRAIN_ON:
             raise ValueError(f"data.train_on must be one of {', '.join(TRAIN_ON)}, "
                              f"not {self.train_on!r}")
-        if self.truncation not in TRUNCATION:
-            raise ValueError(f"data.truncation must be one of {', '.join(TRUNCATION)}, "
-                             f"not {self.truncation!r}")
-        if not 0 <= self.max_skipped_share <= 1:  # NaN fails too
-            raise ValueError(f"data.max_skipped_share must be in [0, 1], "
-                             f"not {self.max_skipped_share}")
+        check_fitting_options(self)
+
+
+def check_fitting_options(config) -> None:
+    """The options every example loader shares (shuffle_seed, truncation,
+    max_skipped_share), each refused in one line naming its data.<key>."""
+    check_seed(config.shuffle_seed)
+    if config.truncation not in TRUNCATION:
+        raise ValueError(f"data.truncation must be one of {', '.join(TRUNCATION)}, "
+                         f"not {config.truncation!r}")
+    if not 0 <= config.max_skipped_share <= 1:  # NaN fails too
+        raise ValueError(f"data.max_skipped_share must be in [0, 1], "
+                         f"not {config.max_skipped_share}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,7 +102,7 @@ class SFTExamples:
 
 
 @dataclasses.dataclass
-class _Part:
+class Part:
     """One file (or a Hub split) and its rows: errors name `where` and the row's number."""
 
     where: str  # a file's path, or "Hub dataset NAME (split S)"
@@ -100,7 +111,7 @@ class _Part:
 
 
 @dataclasses.dataclass
-class _Encoded:
+class Encoded:
     """One row's ids before fitting: `head` leading tokens (BOS) survive a cut, and the
     completion (a chat's last assistant turn on) starts at `keep_from`."""
 
@@ -110,48 +121,68 @@ class _Encoded:
     keep_from: int
 
 
+Piece = tuple[np.ndarray, np.ndarray]  # one example's ids (int32) and trained mask (bool)
+
+
 def load_examples(config: SFTDataConfig, tokenizer, seq_len: int) -> SFTExamples:
     """The source's rows as examples of at most `seq_len` tokens: from the token cache when
     it holds the same files, tokenizer, template and options, else encoded now and cached.
     Dropped rows are checked against data.max_skipped_share on every load."""
+    files = source_files(config, tokenizer, seq_len, DEFAULT_SOURCE, "instruction rows")
+    options = {"sft": [config.source, config.split, config.subset, config.prompt_field,
+                       config.completion_field, config.messages_field, config.train_on,
+                       config.truncation, seq_len]}
+    return load_cached(SFTExamples, options, config, tokenizer, seq_len, files,
+                       lambda: _encode_source(config, tokenizer, seq_len, files))
+
+
+def source_files(config, tokenizer, seq_len: int, default: Path,
+                 rows: str) -> list[str] | None:
+    """The local files data.source names (None: a Hub dataset), once the tokenizer and
+    seq_len are known to be usable, so a loader fails before reading anything."""
     if tokenizer is None:
         raise DataError(f"data.source {config.source} needs a tokenizer (got None)")
     if seq_len < 1:
         raise DataError(f"seq_len must be >= 1, not {seq_len}")
-    if config.source == "default" and not DEFAULT_SOURCE.is_file():
-        raise DataError(f"data.source=default reads {_display(DEFAULT_SOURCE)}, which is "
-                        "missing; set data.source to your instruction rows")
-    files = data.local_files(str(DEFAULT_SOURCE) if config.source == "default" else config.source)
-    key = token_cache.cache_key({
-        "sft": [config.source, config.split, config.subset, config.prompt_field,
-                config.completion_field, config.messages_field, config.train_on,
-                config.truncation, seq_len],
-        "files": [(f, os.stat(f).st_mtime_ns, os.stat(f).st_size) for f in files or ()],
-        "tokenizer": [*tokenizer_fingerprint(tokenizer), tokenizer.chat_template],
-    })
-    root = token_cache.cache_root(config.cache_dir)
-    examples = _cached(root, key)
-    if examples is None:
-        _store(root, key, _encode_source(config, tokenizer, seq_len, files))
-        examples = _cached(root, key)
-    _check_dropped(examples, config, seq_len)
-    return examples
+    if config.source == "default" and not default.is_file():
+        raise DataError(f"data.source=default reads {_display(default)}, which is "
+                        f"missing; set data.source to your {rows}")
+    return data.local_files(str(default) if config.source == "default" else config.source)
 
 
 # ---------------------------------------------------------------- cache
 
 
-def _cached(root: Path, key: str) -> SFTExamples | None:
+def load_cached(kind: type[Examples], options: dict, config, tokenizer, seq_len: int,
+                files: list[str] | None, encode: Callable[[], Examples]) -> Examples:
+    """`kind` (a dataclass of tokens, trained, starts and counts) from the token cache when
+    it holds the same files, tokenizer, template and `options`, else `encode()`d and cached;
+    its dropped rows are checked against data.max_skipped_share on every load."""
+    key = token_cache.cache_key({
+        **options,
+        "files": [(f, os.stat(f).st_mtime_ns, os.stat(f).st_size) for f in files or ()],
+        "tokenizer": [*tokenizer_fingerprint(tokenizer), tokenizer.chat_template],
+    })
+    root = token_cache.cache_root(config.cache_dir)
+    examples = _cached(root, key, kind)
+    if examples is None:
+        _store(root, key, encode())
+        examples = _cached(root, key, kind)
+    _check_dropped(examples, config, seq_len)
+    return examples
+
+
+def _cached(root: Path, key: str, kind: type[Examples]) -> Examples | None:
     """The cached examples, memory-mapped; the tokens are written last, so with them the
     mask and starts are there too."""
     entries = [token_cache.load(root, name) for name in (key, f"{key}-trained", f"{key}-starts")]
     if any(entry is None for entry in entries):
         return None
     (tokens, meta), (trained, _), (starts, _) = entries
-    return SFTExamples(tokens, trained, starts, **meta)
+    return kind(tokens, trained, starts, **meta)
 
 
-def _store(root: Path, key: str, examples: SFTExamples) -> None:
+def _store(root: Path, key: str, examples) -> None:
     token_cache.store(root, f"{key}-trained", examples.trained, {})
     token_cache.store(root, f"{key}-starts", examples.starts, {})
     meta = {field.name: getattr(examples, field.name) for field in dataclasses.fields(examples)
@@ -159,7 +190,7 @@ def _store(root: Path, key: str, examples: SFTExamples) -> None:
     token_cache.store(root, key, examples.tokens, meta)
 
 
-def _check_dropped(examples: SFTExamples, config: SFTDataConfig, seq_len: int) -> None:
+def _check_dropped(examples, config, seq_len: int) -> None:
     """Refuse a source that lost more than data.max_skipped_share of its rows to seq_len;
     otherwise say in one line on stderr what was dropped or cut (nothing when nothing was)."""
     rows, dropped, cut = examples.rows, examples.dropped, examples.truncated
@@ -184,50 +215,75 @@ def _check_dropped(examples: SFTExamples, config: SFTDataConfig, seq_len: int) -
 
 def _encode_source(config: SFTDataConfig, tokenizer, seq_len: int,
                    files: list[str] | None) -> SFTExamples:
-    parts, label = _read(config, files)
-    form = _format(parts, config)
+    fields = [config.messages_field, config.prompt_field, config.completion_field]
+    parts, label = read_parts(config, files, DEFAULT_SOURCE, fields)
+    form = one_format(parts, config.source, lambda part: _part_format(part, config))
     train_on = _train_on(config, form)
-    if form == "chat":
-        _check_chat_tokenizer(tokenizer)
-    elif tokenizer.eos_token_id is None:
-        raise DataError(f"tokenizer {_name(tokenizer)} has no EOS token, which ends every "
-                        "completion; use another tokenizer")
-    encode = _encode_chat if form == "chat" else _encode_prompt_completion
-    pieces: list[tuple[np.ndarray, np.ndarray]] = []
-    rows = truncated = dropped = 0
+    check_tokenizer(tokenizer, form)
+    encode = encode_chat if form == "chat" else encode_prompt_completion
+    fitted = fit_rows(
+        parts, lambda part, chunk: encode(chunk, part.where, tokenizer, config, train_on),
+        lambda encoded, where, number: _fit(encoded, seq_len, config.truncation, where, number))
+    return SFTExamples(**laid_out(fitted, config.source, label, form), train_on=train_on)
+
+
+@dataclasses.dataclass
+class Fitted:
+    """What fitting a source's rows to seq_len kept, and the counts its examples report."""
+
+    pieces: list[Piece] = dataclasses.field(default_factory=list)
+    rows: int = 0
+    truncated: int = 0
+    dropped: int = 0
+
+
+def fit_rows(parts: list[Part], encode: Callable[[Part, list], list],
+             fit: Callable[..., tuple[list[Piece], bool] | None]) -> Fitted:
+    """Each part's rows encoded CHUNK at a time (`encode(part, rows)`: one item a row), and
+    each item fitted (`fit(item, where, number)`: its pieces and whether its prompt was cut,
+    or None when dropped)."""
+    fitted = Fitted()
     for part in parts:
         for first in range(0, len(part.rows), CHUNK):
             chunk = part.rows[first:first + CHUNK]
-            for (number, _), encoded in zip(chunk, encode(chunk, part.where, tokenizer,
-                                                          config, train_on)):
-                fitted = _fit(encoded, seq_len, config.truncation, part.where, number)
-                rows += 1
-                dropped += fitted is None
-                if fitted is not None:
-                    truncated += len(fitted[0]) < len(encoded.ids)
-                    pieces.append(fitted)
-    if not rows:
-        raise DataError(f"data.source {config.source} has no rows")
+            for (number, _), encoded in zip(chunk, encode(part, chunk)):
+                kept = fit(encoded, part.where, number)
+                fitted.rows += 1
+                fitted.dropped += kept is None
+                if kept is not None:
+                    fitted.pieces += kept[0]
+                    fitted.truncated += kept[1]
+    return fitted
+
+
+def laid_out(fitted: Fitted, source: str, label: str, form: str) -> dict:
+    """The fields every loader's examples share: the kept pieces laid end to end as tokens,
+    trained and starts, the label, format and counts; a source without rows is refused."""
+    if not fitted.rows:
+        raise DataError(f"data.source {source} has no rows")
+    pieces, rows = fitted.pieces, fitted.rows
     lengths = [len(ids) for ids, _ in pieces]
-    return SFTExamples(
-        tokens=np.concatenate([ids for ids, _ in pieces] or [np.zeros(0, np.int32)]),
-        trained=np.concatenate([mask for _, mask in pieces] or [np.zeros(0, bool)]),
-        starts=np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]).astype(np.int64),
-        label=f"{label}{form}, {rows:,} row{'s' * (rows != 1)}", format=form,
-        train_on=train_on, rows=rows, truncated=truncated, dropped=dropped,
-    )
+    return {
+        "tokens": np.concatenate([ids for ids, _ in pieces] or [np.zeros(0, np.int32)]),
+        "trained": np.concatenate([mask for _, mask in pieces] or [np.zeros(0, bool)]),
+        "starts": np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]).astype(np.int64),
+        "label": f"{label}{form}, {rows:,} row{'s' * (rows != 1)}", "format": form,
+        "rows": rows, "truncated": fitted.truncated, "dropped": fitted.dropped,
+    }
 
 
-def _read(config: SFTDataConfig, files: list[str] | None) -> tuple[list[_Part], str]:
+def read_parts(config, files: list[str] | None, default: Path,
+               fields: list[str]) -> tuple[list[Part], str]:
     """The source's parts (each local file, or the Hub split) with the rows `config.split`
-    selects, and the start of its label, e.g. "data/ (3 files, "."""
+    selects, and the start of its label, e.g. "data/ (3 files, "; a Hub or parquet table
+    keeps only the `fields` a row can use."""
     if files is None:
         subset = f"subset {config.subset}, " if config.subset else ""
         dataset = data.hub_dataset(config.source, config.subset, config.split)
         where = f"Hub dataset {config.source} ({subset}split {config.split}"
-        return [_dataset_part(dataset, f"{where})", config)], f"{where}, "
-    display = _display(DEFAULT_SOURCE) if config.source == "default" else config.source
-    parts = [_read_file(path, display, config) for path in files]
+        return [_dataset_part(dataset, f"{where})", fields)], f"{where}, "
+    display = _display(default) if config.source == "default" else config.source
+    parts = [_read_file(path, display, default, fields) for path in files]
     if config.split != "train":
         parts = _select(parts, config.split, display)
     many = f"{len(files):,} files, " if len(files) > 1 else ""
@@ -238,15 +294,15 @@ def _display(path: Path) -> str:
     return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
-def _read_file(path: str, source: str, config: SFTDataConfig) -> _Part:
+def _read_file(path: str, source: str, default: Path, fields: list[str]) -> Part:
     """A .jsonl file line by line (a row's number is its line), else through `datasets`."""
-    where = _display(Path(path)) if Path(path) == DEFAULT_SOURCE else path
+    where = _display(Path(path)) if Path(path) == default else path
     builder = BUILDERS[Path(path).suffix.lower()]
     if builder == "text":
-        raise DataError(f"data.source {source}: {where} is a text file, which holds no "
-                        "prompt/completion or messages columns; use .jsonl, .json or .parquet")
+        raise DataError(f"data.source {source}: {where} is a text file, which holds none "
+                        f"of the columns {', '.join(fields)}; use .jsonl, .json or .parquet")
     if Path(path).suffix.lower() != ".jsonl":
-        return _dataset_part(data.local_dataset([path], source, "train"), where, config)
+        return _dataset_part(data.local_dataset([path], source, "train"), where, fields)
     rows = []
     with open(path, encoding="utf-8") as lines:
         for number, line in enumerate(lines, 1):
@@ -255,15 +311,14 @@ def _read_file(path: str, source: str, config: SFTDataConfig) -> _Part:
     if not rows:
         raise DataError(f"{where} has no rows; fill or remove it")
     columns = list(dict.fromkeys(itertools.chain.from_iterable(row for _, row in rows)))
-    return _Part(where, columns, rows)
+    return Part(where, columns, rows)
 
 
-def _dataset_part(dataset, where: str, config: SFTDataConfig) -> _Part:
+def _dataset_part(dataset, where: str, fields: list[str]) -> Part:
     """A `datasets` table's rows, with only the columns a row can use (a wide one stays small)."""
     columns = list(dataset.column_names)
-    used = [c for c in (config.messages_field, config.prompt_field, config.completion_field)
-            if c in columns]
-    return _Part(where, columns, list(enumerate(dataset.select_columns(used).to_list(), 1)))
+    used = [c for c in fields if c in columns]
+    return Part(where, columns, list(enumerate(dataset.select_columns(used).to_list(), 1)))
 
 
 def _json_row(line: str, where: str, number: int) -> dict:
@@ -278,7 +333,7 @@ def _json_row(line: str, where: str, number: int) -> dict:
     return row
 
 
-def _select(parts: list[_Part], split: str, source: str) -> list[_Part]:
+def _select(parts: list[Part], split: str, source: str) -> list[Part]:
     """The rows a split slice such as train[:90%] picks from the files one after another."""
     import datasets  # datasets
 
@@ -294,17 +349,17 @@ def _select(parts: list[_Part], split: str, source: str) -> list[_Part]:
             for part, offset in zip(parts, offsets)]
 
 
-def _format(parts: list[_Part], config: SFTDataConfig) -> str:
-    """"chat" or "prompt-completion", from the columns; every part must agree."""
-    first, form = parts[0].where, _part_format(parts[0], config)
+def one_format(parts: list[Part], source: str, part_format: Callable[[Part], str]) -> str:
+    """"chat" or "prompt-completion", each part's by `part_format`; every part must agree."""
+    first, form = parts[0].where, part_format(parts[0])
     for part in parts[1:]:
-        if (other := _part_format(part, config)) != form:
-            raise DataError(f"data.source {config.source} mixes {form} rows ({first}) and "
+        if (other := part_format(part)) != form:
+            raise DataError(f"data.source {source} mixes {form} rows ({first}) and "
                             f"{other} rows ({part.where}); use one format")
     return form
 
 
-def _part_format(part: _Part, config: SFTDataConfig) -> str:
+def _part_format(part: Part, config: SFTDataConfig) -> str:
     columns = part.columns
     if config.messages_field in columns:
         return "chat"
@@ -337,6 +392,15 @@ def _train_on(config: SFTDataConfig, form: str) -> str:
     return config.train_on
 
 
+def check_tokenizer(tokenizer, form: str) -> None:
+    """A chat needs the tokenizer's template; a prompt/completion row its EOS."""
+    if form == "chat":
+        _check_chat_tokenizer(tokenizer)
+    elif tokenizer.eos_token_id is None:
+        raise DataError(f"tokenizer {_name(tokenizer)} has no EOS token, which ends every "
+                        "completion; use another tokenizer")
+
+
 def _name(tokenizer) -> str:
     return getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
 
@@ -349,13 +413,13 @@ def _first_line(error: BaseException) -> str:
 # ---------------------------------------------------------------- prompt/completion
 
 
-def _encode_prompt_completion(chunk, where: str, tokenizer, config: SFTDataConfig,
-                              train_on: str) -> list[_Encoded]:
+def encode_prompt_completion(chunk, where: str, tokenizer, config: SFTDataConfig,
+                             train_on: str) -> list[Encoded]:
     """`BOS? prompt completion EOS`, each part tokenized alone (text, never special tokens),
     the loss on the completion and EOS (or on everything)."""
-    prompts = [_text(row, number, where, config.prompt_field, empty_ok=True)
+    prompts = [text(row, number, where, config.prompt_field, empty_ok=True)
                for number, row in chunk]
-    completions = [_text(row, number, where, config.completion_field, empty_ok=False)
+    completions = [text(row, number, where, config.completion_field, empty_ok=False)
                    for number, row in chunk]
     prompt_ids, completion_ids = (
         tokenizer(texts, add_special_tokens=False, split_special_tokens=True,
@@ -368,19 +432,20 @@ def _encode_prompt_completion(chunk, where: str, tokenizer, config: SFTDataConfi
         ids = head + prompt + completion + [eos]
         keep_from = len(head) + len(prompt)
         trained = np.arange(len(ids)) >= (0 if train_on == "all" else keep_from)
-        encoded.append(_Encoded(ids, trained, len(head), keep_from))
+        encoded.append(Encoded(ids, trained, len(head), keep_from))
     return encoded
 
 
-def _text(row: dict, number: int, where: str, field: str, empty_ok: bool) -> str:
-    text = row.get(field)
-    if not isinstance(text, str):
-        what = "missing" if text is None else f"not a string but {type(text).__name__}"
+def text(row: dict, number: int, where: str, field: str, empty_ok: bool) -> str:
+    """The row's string in `field`; anything else is its one line."""
+    value = row.get(field)
+    if not isinstance(value, str):
+        what = "missing" if value is None else f"not a string but {type(value).__name__}"
         raise DataError(f"{where} row {number}: '{field}' is {what}; fix or remove the row")
-    if not empty_ok and not text.strip():
+    if not empty_ok and not value.strip():
         raise DataError(f"{where} row {number}: empty completion ('{field}'), nothing to "
                         "train on; fix or remove the row")
-    return text
+    return value
 
 
 # ---------------------------------------------------------------- chat
@@ -396,8 +461,8 @@ def _check_chat_tokenizer(tokenizer) -> None:
                         "tokenizer.json")
 
 
-def _encode_chat(chunk, where: str, tokenizer, config: SFTDataConfig,
-                 train_on: str) -> list[_Encoded]:
+def encode_chat(chunk, where: str, tokenizer, config: SFTDataConfig,
+                train_on: str) -> list[Encoded]:
     """Each conversation rendered by the tokenizer's template and tokenized once, as
     apply_chat_template does; a token is trained when its characters overlap an assistant
     turn (train_on=assistant) or always (all)."""
@@ -420,7 +485,7 @@ def _encode_chat(chunk, where: str, tokenizer, config: SFTDataConfig,
             trained = np.ones(len(ids), bool)
         last = np.flatnonzero(in_span[-1]) if in_span else []
         head = int(bool(ids) and ids[0] == bos)
-        encoded.append(_Encoded(ids, trained, head, int(last[0]) if len(last) else len(ids)))
+        encoded.append(Encoded(ids, trained, head, int(last[0]) if len(last) else len(ids)))
     return encoded
 
 
@@ -430,7 +495,7 @@ def _render(messages, number: int, where: str, tokenizer,
     conversation before it with the generation prompt to the end of the conversation
     through it. That needs a template that renders a conversation's start as it renders
     the whole."""
-    _check_messages(messages, number, where, config.messages_field)
+    check_messages(messages, number, where, config.messages_field)
     full = _template(tokenizer, messages, False, where, number)
     spans = []
     for i, message in enumerate(messages):
@@ -452,7 +517,7 @@ def _render(messages, number: int, where: str, tokenizer,
     return full, spans
 
 
-def _check_messages(messages, number: int, where: str, field: str) -> None:
+def check_messages(messages, number: int, where: str, field: str) -> None:
     shape = ("; give each row a list of messages like "
              '[{"role": "user", "content": "..."}, {"role": "assistant", "content": "..."}]')
     if not isinstance(messages, list) or not messages:
@@ -488,13 +553,13 @@ def _template(tokenizer, messages: list[dict], prompt: bool, where: str, number:
 # ---------------------------------------------------------------- seq_len
 
 
-def _fit(encoded: _Encoded, seq_len: int, truncation: str, where: str,
-         number: int) -> tuple[np.ndarray, np.ndarray] | None:
-    """The example's ids and mask within seq_len: as it is, None (dropped), or with its
-    prompt's head cut after the BOS, which keeps the completion whole."""
-    ids, trained = np.asarray(encoded.ids, dtype=np.int32), encoded.trained
+def _fit(encoded: Encoded, seq_len: int, truncation: str, where: str,
+         number: int) -> tuple[list[Piece], bool] | None:
+    """The example within seq_len and whether it was cut: as it is, None (dropped), or with
+    its prompt's head cut after the BOS, which keeps the completion whole."""
+    ids = encoded.ids
     if len(ids) <= seq_len:
-        return ids, trained
+        return [cut_prompt(encoded, 0)], False
     if truncation == "drop":
         return None
     needed = encoded.head + len(ids) - encoded.keep_from
@@ -502,5 +567,12 @@ def _fit(encoded: _Encoded, seq_len: int, truncation: str, where: str,
         raise DataError(f"{where} row {number}: its completion takes {needed:,} tokens (with "
                         f"BOS/EOS), more than seq_len {seq_len}; raise seq_len or use "
                         "data.truncation=drop")
-    kept = np.r_[0:encoded.head, len(ids) - seq_len + encoded.head:len(ids)]
-    return ids[kept], trained[kept]
+    return [cut_prompt(encoded, len(ids) - seq_len)], True
+
+
+def cut_prompt(encoded: Encoded, count: int) -> Piece:
+    """The example's ids and mask without `count` tokens of its prompt's head, taken after
+    the BOS so the example still opens as the model saw every other one open."""
+    ids = np.asarray(encoded.ids, dtype=np.int32)
+    kept = np.r_[0:encoded.head, encoded.head + count:len(ids)]
+    return ids[kept], encoded.trained[kept]

@@ -35,6 +35,7 @@ class XlaBackend:
     name = "xla"
     accumulates_in_loop = True  # grad_accum > 1 as one XLA while loop
     one_console = False  # each host logs to its own console
+    places_one_model = False  # prepare() keeps nothing: a frozen reference model may sit beside
     loss_parts = 1  # one global program: the loss is already the whole batch's
 
     def device_count(self) -> int:

@@ -1,0 +1,239 @@
+"""Direct preference optimisation (`task=dpo`; Rafailov et al., 2023) of any causal-LM family,
+from a model you already have (`--init-from`). Preference rows (zoo/tasks/dpo_data.py) give
+each pair's prompt + chosen and prompt + rejected responses, masked as SFT masks them; a row
+holds whole pairs, each response a document of its own (segment ids, positions from 0:
+zoo/tasks/packing.py), so nothing attends across responses or pairs. Per response, the
+policy's and the reference's summed log-probabilities of its trained tokens give
+
+    margin = (policy_chosen - reference_chosen) - (policy_rejected - reference_rejected)
+    sigmoid: -log sigmoid(beta * margin)    hinge: relu(1 - beta * margin)
+    ipo:     (margin per response token - 1 / (2 beta))^2
+
+as TRL's DPOTrainer computes them, averaged over the step's pairs. The reference is the
+starting point: under LoRA the same model with its adapters off (no second copy), otherwise a
+frozen copy placed and sharded as the model (core/engine.py). Logged with the loss: the
+rewards (beta x each response's log-ratio), their margin and how often chosen wins.
+
+    zoo train --init-from runs/llama-tiny-sft task=dpo lora.rank=8
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from core import lora
+from core.data import DataError, EpochOrder, check_vocab, host_rows, load_tokenizer
+from core.errors import UserError
+from core.inputs import host_batch_size
+from core.task import Task
+from zoo.tasks.causal_lm import LMTrainConfig, documents, with_token_ids
+from zoo.tasks.dpo_data import DPODataConfig, PreferencePairs, load_pairs
+from zoo.tasks.packing import PackedRows, example_documents, pack, rows_of
+
+LOSS_TYPES = ("sigmoid", "hinge", "ipo")
+
+
+@dataclasses.dataclass
+class DPOConfig:
+    beta: float = 0.1  # how far the policy may move from the reference
+    loss_type: str = "sigmoid"  # sigmoid (DPO) | hinge (SLiC) | ipo
+
+    def __post_init__(self):
+        if not self.beta > 0 or self.beta == float("inf"):
+            raise ValueError(f"dpo.beta must be a positive number, not {self.beta}")
+        if self.loss_type not in LOSS_TYPES:
+            raise ValueError(f"dpo.loss_type must be one of {', '.join(LOSS_TYPES)}, "
+                             f"not {self.loss_type!r}")
+
+
+@dataclasses.dataclass
+class DPOTrainConfig(LMTrainConfig):
+    data: DPODataConfig = dataclasses.field(default_factory=DPODataConfig)
+    dpo: DPOConfig = dataclasses.field(default_factory=DPOConfig)
+
+
+def preference_loss(policy: torch.Tensor, reference: torch.Tensor, config: DPOConfig,
+                    response_tokens: torch.Tensor | None = None) -> tuple:
+    """(per-pair loss, chosen rewards, rejected rewards) from [..., 2] summed
+    log-probabilities (chosen, rejected) of the policy and the reference; `response_tokens`
+    ([..., 2], trained tokens per response) only for ipo, which compares per-token means."""
+    ratios = policy - reference  # log pi/pi_ref, per response
+    margin = ratios[..., 0] - ratios[..., 1]
+    if config.loss_type == "sigmoid":
+        losses = -F.logsigmoid(config.beta * margin)
+    elif config.loss_type == "hinge":
+        losses = torch.relu(1 - config.beta * margin)
+    else:
+        per_token = ratios / response_tokens.clamp(min=1)
+        losses = (per_token[..., 0] - per_token[..., 1] - 1 / (2 * config.beta)) ** 2
+    rewards = config.beta * ratios.detach()
+    return losses, rewards[..., 0], rewards[..., 1]
+
+
+def response_logps(model, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """([rows, pairs, 2] summed log-probabilities of each pair's chosen and rejected
+    response, [rows, pairs, 2] their trained tokens) under `model`."""
+    logits = model(batch["input_ids"], **documents(batch))
+    targets = batch["labels"][:, 1:]
+    token_logps = -F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), targets.flatten(),
+                                   ignore_index=-100, reduction="none").view(targets.shape)
+    trained = (targets != -100)
+    segments = batch["segment_ids"][:, 1:]  # the response each predicted token belongs to
+    slots = 2 * batch["pairs"].shape[1] + 1  # segment 0 is padding; 2k+1, 2k+2 pair k's
+    sums = torch.zeros(targets.shape[0], slots, device=logits.device)
+    sums = sums.scatter_add(1, segments, token_logps * trained)
+    counts = torch.zeros_like(sums).scatter_add(1, segments, trained.float())
+    return sums[:, 1:].unflatten(1, (-1, 2)), counts[:, 1:].unflatten(1, (-1, 2))
+
+
+class DirectPreference(Task):
+    name = "dpo"
+    config_cls = DPOTrainConfig
+    unit = "tokens"
+    eval_backend = "causal"
+    generates_text = True
+    sample_prompt = 'Repeat the word "zoo".'
+    chat = True
+    reference_forwards = 1  # the reference's forward in every step (counted in MFU)
+
+    def __init__(self, base: Task):
+        self.base = base  # the family's causal-LM task: its export
+        self.reference: torch.nn.Module | None = None  # None: the model, adapters off
+        self.config = DPOConfig()
+
+    def resolve(self, config: DPOTrainConfig) -> DPOTrainConfig:
+        if not config.init_from:
+            raise UserError("task=dpo tunes a model against itself as it starts (the "
+                            "reference), so it starts from one: add --init-from RUN_OR_HF_DIR")
+        pairs = _pairs(config.data, config.seq_len)
+        print(f"dpo data: {describe(pairs, config.data.truncation)}", file=sys.stderr)
+        tokenizer = load_tokenizer(config.data.tokenizer)
+        return with_token_ids(config, tokenizer, ("bos_token_id", "eos_token_id", "pad_token_id"))
+
+    def data(self, config: DPOTrainConfig, process_index: int, process_count: int) -> DPOBatches:
+        tokenizer = load_tokenizer(config.data.tokenizer)
+        check_vocab(tokenizer, config.model.vocab_size, config.init_from)
+        pad = tokenizer.eos_token_id if tokenizer.pad_token_id is None else tokenizer.pad_token_id
+        batches = DPOBatches(_pairs(config.data, config.seq_len), config.seq_len,
+                             config.global_batch_size, process_index, process_count, pad,
+                             config.data.shuffle_seed)
+        if process_index == 0:
+            print(f"dpo rows: {batches.describe()}", file=sys.stderr)
+        return batches
+
+    def with_reference(self, reference: torch.nn.Module | None, config: DPOTrainConfig) -> Task:
+        """This task comparing with `reference` (placed as the model is; None: the model
+        itself with its LoRA adapters off), with the run's beta and loss."""
+        bound = copy.copy(self)
+        bound.reference, bound.config = reference, config.dpo
+        return bound
+
+    def loss(self, model, batch):
+        policy, tokens = response_logps(model, batch)
+        with torch.no_grad():
+            if self.reference is not None:
+                reference, _ = response_logps(self.reference, batch)
+            else:
+                with lora.adapters_off(model):
+                    reference, _ = response_logps(model, batch)
+        losses, chosen, rejected = preference_loss(policy, reference, self.config, tokens)
+        pairs = batch["pairs"].float()
+        count = pairs.sum().clamp(min=1)
+
+        def mean(values):
+            return (values * pairs).sum() / count
+
+        return mean(losses), {
+            "rewards_chosen": mean(chosen), "rewards_rejected": mean(rejected),
+            "reward_margin": mean(chosen - rejected),
+            "reward_accuracy": mean((chosen > rejected).float()),
+        }
+
+    def loss_weight(self, batch):
+        return batch["pairs"].sum()  # the loss is a mean over pairs
+
+    def items_per_step(self, config: DPOTrainConfig) -> int:
+        return config.global_batch_size * config.seq_len
+
+    def example_batch(self, config: DPOTrainConfig, seed: int = 0) -> dict:
+        """Random tokens in rows of one pair each: its two responses as two documents."""
+        batch = self.base.example_batch(config, seed)
+        shape = batch["input_ids"].shape
+        return {"input_ids": batch["input_ids"], "labels": batch["labels"],
+                **example_documents(shape, documents=2),
+                "pairs": torch.ones(shape[0], 1, dtype=torch.bool)}
+
+    def write_hf_extras(self, config, hf_config, folder) -> None:
+        self.base.write_hf_extras(config, hf_config, folder)
+
+
+_PAIRS: dict[str, PreferencePairs] = {}
+
+
+def _pairs(data: DPODataConfig, seq_len: int) -> PreferencePairs:
+    """The source's pairs, read once per process (resolve checks them, data packs them)."""
+    key = repr((dataclasses.asdict(data), seq_len))
+    if key not in _PAIRS:
+        if len(_PAIRS) >= 4:
+            _PAIRS.pop(next(iter(_PAIRS)))
+        _PAIRS[key] = load_pairs(data, load_tokenizer(data.tokenizer), seq_len)
+    return _PAIRS[key]
+
+
+def describe(pairs: PreferencePairs, truncation: str) -> str:
+    """One line: where the pairs came from and what was cut."""
+    cut = []
+    if pairs.dropped:
+        cut.append(f"{pairs.dropped:,} longer than seq_len dropped")
+    if pairs.truncated:
+        cut.append(f"{pairs.truncated:,} with the prompt's head cut")
+    lost = f"; {', '.join(cut)} (data.truncation={truncation})" if cut else ""
+    return (f"{pairs.label}, {pairs.pairs:,} pairs, {len(pairs.tokens):,} tokens, "
+            f"{int(pairs.trained.sum()):,} trained{lost})")
+
+
+class DPOBatches:
+    """Deterministic, resumable fixed-shape batches of packed pairs: `batch(i)` is global
+    batch i's rows for this host, a pure function of i (rows shuffled per epoch). Every
+    batch has `pairs` ([rows, most pairs in a row] bool), one shape for the whole run."""
+
+    def __init__(self, pairs: PreferencePairs, seq_len: int, global_batch_size: int,
+                 process_index: int, process_count: int, pad_id: int, seed: int):
+        if not pairs.pairs:
+            raise DataError("the preference data has no pair that fits seq_len; raise seq_len "
+                            "or set data.truncation=cut_prompt")
+        self.pairs, self.seq_len, self.pad_id = pairs, seq_len, pad_id
+        self.global_batch_size, self.process_index = global_batch_size, process_index
+        self.local_batch_size = host_batch_size(global_batch_size, process_count)
+        order = np.random.default_rng(seed).permutation(pairs.pairs)
+        lengths = np.diff(pairs.starts)
+        packed = pack(lengths[0::2][order] + lengths[1::2][order], seq_len)
+        pair_rows = order[packed.members]  # each pair's two responses, one after the other
+        self.rows = PackedRows(np.stack([2 * pair_rows, 2 * pair_rows + 1], 1).reshape(-1),
+                               2 * packed.firsts, packed.tokens_in_examples)
+        self.pairs_in_row = np.diff(packed.firsts)
+        self.most_pairs = int(self.pairs_in_row.max())
+        self._order = EpochOrder(self.rows.count, seed)
+
+    def describe(self) -> str:
+        return (f"{self.rows.count:,} rows of {self.seq_len} (up to {self.most_pairs} pairs "
+                f"a row, {self.rows.efficiency(self.seq_len):.1%} of row tokens are "
+                f"responses and their prompts)")
+
+    def batch(self, index: int) -> dict:
+        if index < 0:
+            raise ValueError(f"batch index must be >= 0, got {index}")
+        within = host_rows(self.process_index, self.local_batch_size)
+        picked = self._order.items(index * self.global_batch_size + within)
+        pairs = self.pairs
+        batch = rows_of(pairs.tokens, pairs.trained, pairs.starts, self.rows, picked,
+                        self.seq_len, self.pad_id)
+        counts = np.where(picked >= 0, self.pairs_in_row[np.maximum(picked, 0)], 0)
+        present = np.arange(self.most_pairs) < counts[:, None]
+        return batch | {"pairs": torch.from_numpy(present)}
