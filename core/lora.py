@@ -23,8 +23,8 @@ import torch
 from torch import nn
 
 from core.errors import UserError
-
-ADAPTER_MATRICES = ("lora_A", "lora_B")
+from core.remat import LayerStack
+from core.sharding import ADAPTER_MATRICES, STACKED, base_weight_of
 
 
 @dataclasses.dataclass
@@ -116,8 +116,6 @@ def has_adapters(model: nn.Module) -> bool:
 def adapters_off(model: nn.Module):
     """The base model alone while inside (DPO's reference under LoRA: no second copy). A
     scanned layer stack replays its first trace, so it cannot switch; refused in one line."""
-    from core.remat import LayerStack  # core.remat imports core.sharding, which reads this
-
     if any(isinstance(m, LayerStack) and m.scan for m in model.modules()):
         raise UserError("the model's adapters cannot be switched off inside a scanned layer "
                         "stack (its trace is replayed), which DPO's reference under LoRA "
@@ -182,24 +180,6 @@ def _frozen_layer(module: nn.Module) -> bool:
     return bool(own) and not any(p.requires_grad for p in own) and not below
 
 
-def base_weight_of(name: str) -> str | None:
-    """`x.lora_A.weight` -> `x.weight`, the weight that adapter adapts; None for others."""
-    for matrix in ADAPTER_MATRICES:
-        suffix = f".{matrix}.weight"
-        if name.endswith(suffix):
-            return name[: -len(suffix)] + ".weight"
-    return None
-
-
-def adapter_spec(name: str, base_spec: tuple) -> tuple:
-    """An adapter matrix's sharding from its base weight's ([..., out, in]): lora_A
-    ([..., rank, in]) is split as the base's input dim, lora_B ([..., out, rank]) as its
-    output dim; the rank dim is replicated (it is small)."""
-    if name.endswith(".lora_A.weight"):
-        return (*base_spec[:-2], None, base_spec[-1])
-    return (*base_spec[:-1], None)
-
-
 def merged(weights: dict[str, torch.Tensor], scale: float) -> dict[str, torch.Tensor]:
     """Full weights with every adapter folded into its base weight (W + scale * B @ A), and
     the adapter matrices left out: a plain model of the base's architecture."""
@@ -223,8 +203,6 @@ def fingerprint(model: nn.Module) -> dict[str, float]:
     square: what a checkpoint that holds only the trained weights records of the base, to
     know it again (a changed --init-from folder)."""
     from torch.distributed.tensor import DTensor  # start-up
-
-    from core.sharding import STACKED  # core.sharding reads this module
 
     names, values = [], []
     with torch.no_grad():

@@ -28,7 +28,6 @@ from pathlib import Path
 import yaml
 
 from core.errors import UserError
-from core.lora import adapter_spec, base_weight_of
 from core.mesh import LOGICAL_AXES
 from core.table import format_table
 
@@ -36,6 +35,8 @@ Spec = tuple  # per-dimension: None | axis name | tuple of axis names
 # the child under which a scanned layer stack (core/remat.py) keeps its layers' weights
 # stacked: a parameter under it has one more leading dimension than its rule's spec names
 STACKED = "*"
+# LoRA's matrices (core/lora.py), children of the layer they adapt: `x.lora_A.weight`
+ADAPTER_MATRICES = ("lora_A", "lora_B")
 
 
 class ShardingError(UserError):
@@ -186,7 +187,7 @@ def plan_params(model, rules: ShardingRules, mesh_axes: dict[str, int]) -> list[
     plan = []
     for name, param in params.items():
         rule = chosen[adapted.get(name, name)]
-        spec = adapter_spec(name, rule.spec) if name in adapted else rule.spec
+        spec = _adapter_spec(name, rule.spec) if name in adapted else rule.spec
         # A scanned stack's weights are [layers, ...]: the layer dim is never split.
         spec = (None, *spec) if f".{STACKED}." in name else spec
         shape = tuple(param.shape)
@@ -238,3 +239,21 @@ def _fmt_spec(spec: Spec) -> str:
         return "-" if d is None else d if isinstance(d, str) else "(" + ",".join(d) + ")"
 
     return "[" + ", ".join(dim(d) for d in spec) + "]"
+
+
+def base_weight_of(name: str) -> str | None:
+    """`x.lora_A.weight` -> `x.weight`, the weight that adapter adapts; None for others."""
+    for matrix in ADAPTER_MATRICES:
+        suffix = f".{matrix}.weight"
+        if name.endswith(suffix):
+            return name[: -len(suffix)] + ".weight"
+    return None
+
+
+def _adapter_spec(name: str, base_spec: tuple) -> tuple:
+    """An adapter matrix's sharding from its base weight's ([..., out, in]): lora_A
+    ([..., rank, in]) is split as the base's input dim, lora_B ([..., out, rank]) as its
+    output dim; the rank dim is replicated (it is small)."""
+    if name.endswith(".lora_A.weight"):
+        return (*base_spec[:-2], None, base_spec[-1])
+    return (*base_spec[:-1], None)

@@ -23,6 +23,7 @@ from core.hf import misfit, read_config
 from core.store.location import Store, local_folder
 from core.store.run_folder import RunFolder, step_of
 from core.store.run_home import RunHome
+from zoo.app.init_from import adapted_model, model_weights
 from zoo.app.run import Run
 from zoo.app.saved_run import checkpoint_of, load_run, newest_weights, refuse_misfit
 
@@ -42,10 +43,10 @@ def export(checkpoint: str | Path, out: str | Path, adapter: bool = False) -> Ex
         raise UserError(f"{run.family.name} declares no Hugging Face class to export to")
     if adapter:
         base = _adapter_base(run, checkpoint)
-        folder, weights = newest_weights(checkpoint, merge_adapters=False)
+        folder, weights = newest_weights(checkpoint)
         _written(out, lambda tmp: _write_adapter(run, weights, base, folder, tmp))
     else:
-        folder, weights = newest_weights(checkpoint)
+        folder, weights = model_weights(checkpoint)
         _write(run, weights, out, folder)
     return Exported(folder, out)
 
@@ -70,8 +71,6 @@ def _write_adapter(run: Run, adapters: dict, base: str, checkpoint: str, folder:
     """PEFT's adapter folder: adapter_config.json, adapter_model.safetensors (PEFT's key
     names) and the tokenizer, after the base is checked to be the one the run trained on."""
     import peft  # start-up
-
-    from zoo.app.lora_weights import adapted_model  # start-up
 
     adapted_model(run, checkpoint, adapters)  # refuses another base than the run's
     cfg = run.config
@@ -177,7 +176,7 @@ def cached_export(checkpoint: str | Path) -> Path:
     out = _export_folder(home, checkpoint_of(checkpoint))
     if _complete(out):
         return out
-    folder, weights = newest_weights(checkpoint)  # a newer one if that one was rotated away
+    folder, weights = model_weights(checkpoint)  # a newer one if that one was rotated away
     out = _export_folder(home, folder)
     shutil.rmtree(out, ignore_errors=True)  # never made, or damaged (a copy cut short)
     _write(run, weights, out, folder)

@@ -16,7 +16,8 @@ from core.data import load_tokenizer
 from core.errors import UserError
 from core.hf import misfit
 from core.store.checkpoint import first_misfit
-from zoo.app.saved_run import load_run, newest_weights, refuse_misfit
+from zoo.app.init_from import model_weights
+from zoo.app.saved_run import load_run, refuse_misfit
 
 
 def load_for_generation(path: str | Path, prompt: str = "", max_new_tokens: int = 0):
@@ -31,7 +32,7 @@ def load_for_generation(path: str | Path, prompt: str = "", max_new_tokens: int 
                         "continues prompts with causal language models only")
     tokenizer = load_tokenizer(cfg.data.tokenizer)
     check_positions(cfg.model, len(tokenizer(prompt).input_ids), max_new_tokens)
-    checkpoint, weights = newest_weights(path)
+    checkpoint, weights = model_weights(path)
     if family.hf_class is None:
         model = family.build(cfg.model, init=False)
         refuse_misfit(checkpoint, first_misfit(

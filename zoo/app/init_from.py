@@ -48,9 +48,8 @@ class StartingPoint:
             print(f"init: weights of {self.source} ({self.family.hf_class})")
             return
         from core.hf import load_state
-        from zoo.app.saved_run import newest_weights  # torch, the checkpoint readers
 
-        checkpoint, weights = newest_weights(self.source)
+        checkpoint, weights = model_weights(self.source)
         load_state(model, weights, checkpoint)
         print(f"init: weights of {checkpoint}")
 
@@ -107,3 +106,43 @@ def _from_hf(source: str, model_name: str | None) -> StartingPoint:
 def default_out(source: str, task: str | None) -> str:
     """The run folder of a run named by its starting point: runs/<its name>-<task>."""
     return f"runs/{Path(source.rstrip('/')).name}-{task or 'tuned'}"
+
+
+def model_weights(source: str) -> tuple[str, dict]:
+    """(the checkpoint folder read, the model's full weights) of a zoo run or checkpoint. A
+    LoRA run's checkpoints hold its adapters alone (core/store/checkpoint.py): its model is
+    its base, loaded again from where the run started, with the adapters merged in."""
+    from core import lora  # torch
+    from zoo.app.saved_run import load_run, newest_weights  # torch, the checkpoint readers
+
+    checkpoint, weights = newest_weights(source)
+    run = load_run(source)[0]
+    if not run.config.lora.enabled:
+        return checkpoint, weights
+    model = adapted_model(run, checkpoint, weights)
+    return checkpoint, lora.merged(model.state_dict(), run.config.lora.scale)
+
+
+def adapted_model(run, checkpoint: str, adapters: dict):
+    """A LoRA run's model on the host: its base (`init_from`, or the seed of a random
+    start), checked against the fingerprint its checkpoint saved, with the checkpoint's
+    adapters (`adapters`: its weights), unmerged, as it trained."""
+    from core import lora  # torch
+    from core.store.checkpoint import BASE_FINGERPRINT, saved_extra  # torch
+
+    cfg = run.config
+    model = run.family.build(cfg.model, seed=cfg.seed)
+    if cfg.init_from:
+        starting_point(cfg.init_from, cfg.model_name).load(model)
+    lora.add_adapters(model, cfg.lora, seed=cfg.seed)
+    if not lora.same_fingerprint(saved_extra(checkpoint).get(BASE_FINGERPRINT, {}),
+                                 lora.fingerprint(model)):
+        start = cfg.init_from or f"the random weights of seed {cfg.seed}"
+        raise UserError(f"{checkpoint} holds LoRA adapters trained on other weights than "
+                        f"{start} holds now; restore the base the run trained on")
+    unexpected = model.load_state_dict(adapters, strict=False).unexpected_keys
+    if unexpected:
+        raise UserError(f"{checkpoint} holds {unexpected[0]}, which the LoRA model its run's "
+                        "config describes has not; was the run's config edited after "
+                        "training? restore it and try again")
+    return model

@@ -53,16 +53,15 @@ def checkpoint_of(path: str | Path) -> str:
                     f"{cfg.checkpoint_location})")
 
 
-def newest_weights(path: str | Path, merge_adapters: bool = True) -> tuple[str, dict]:
-    """(the checkpoint folder read, the model's full weights) for what `checkpoint_of(path)`
-    names; a LoRA run's adapters alone unless `merge_adapters`. A trainer that keeps few
-    checkpoints may remove the newest one while it is read here (a newer one took its
-    place): then the newest is read again, and said so."""
+def newest_weights(path: str | Path) -> tuple[str, dict]:
+    """(the checkpoint folder read, its weights: a LoRA run's adapters alone, see
+    zoo/app/init_from.py's model_weights) for what `checkpoint_of(path)` names. A trainer
+    that keeps few checkpoints may remove the newest one while it is read here (a newer one
+    took its place): then the newest is read again, and said so."""
     for _ in range(ROTATION_RETRIES):
         folder = checkpoint_of(path)
         try:
-            weights = load_checkpoint(folder)
-            return folder, _model_weights(path, folder, weights) if merge_adapters else weights
+            return folder, load_checkpoint(folder)
         except (OSError, UserError):
             if is_committed(Store(folder)):
                 raise  # not rotated away: a real error
@@ -74,16 +73,6 @@ def newest_weights(path: str | Path, merge_adapters: bool = True) -> tuple[str, 
               "while it was read; reading the newest", file=sys.stderr)
     raise UserError(f"the checkpoints of {path} were replaced {ROTATION_RETRIES} times while "
                     "being read; retry once the run saves less often, or after it ends")
-
-
-def _model_weights(path: str | Path, checkpoint: str, weights: dict) -> dict:
-    """A checkpoint's weights as the model's: a LoRA run's adapters merged into its base."""
-    run = load_run(path)[0]
-    if not run.config.lora.enabled:
-        return weights
-    from zoo.app.lora_weights import merged_weights  # builds the base: torch, transformers
-
-    return merged_weights(run, checkpoint, weights)
 
 
 def refuse_misfit(checkpoint: str, problem: str | None) -> None:
