@@ -167,3 +167,17 @@ def test_the_step_flops_a_lora_run_counts_are_what_its_backward_computes():
                                   batch)
     assert ratio == pytest.approx(counted(True) / counted(False), rel=0.05)
     assert ratio < 0.8
+
+
+def test_the_plan_counts_what_lora_keeps():
+    """llama-8b on a v4-8: the full tune's AdamW state alone does not fit; with adapters only
+    they get gradients and optimizer state, and it fits."""
+    from benchmarks.plan.analytic import make_plan
+    from zoo.app.run import resolve_run
+
+    full = make_plan(resolve_run("llama-8b", ["tpu=v4-8"]), 0.5)
+    tuned = make_plan(resolve_run("llama-8b", ["tpu=v4-8", "lora.rank=16"]), 0.5)
+    assert not full.fits and tuned.fits
+    assert tuned.terms["gradients (fp32)"] < 0.01 * full.terms["gradients (fp32)"]
+    assert tuned.flops_per_step < 0.75 * full.flops_per_step
+    assert "frozen base" in tuned.flops_basis

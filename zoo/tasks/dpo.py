@@ -35,6 +35,7 @@ from core.task import Task
 from zoo.tasks.causal_lm import LMTrainConfig, documents, with_token_ids
 from zoo.tasks.dpo_data import DPODataConfig, PreferencePairs, load_pairs
 from zoo.tasks.packing import PackedRows, example_documents, pack, rows_of
+from zoo.tasks.sft import read_once, what_was_cut
 
 LOSS_TYPES = ("sigmoid", "hinge", "ipo")
 
@@ -173,29 +174,13 @@ class DirectPreference(Task):
         self.base.write_hf_extras(config, hf_config, folder)
 
 
-_PAIRS: dict[str, PreferencePairs] = {}
-
-
-def _pairs(data: DPODataConfig, seq_len: int) -> PreferencePairs:
-    """The source's pairs, read once per process (resolve checks them, data packs them)."""
-    key = repr((dataclasses.asdict(data), seq_len))
-    if key not in _PAIRS:
-        if len(_PAIRS) >= 4:
-            _PAIRS.pop(next(iter(_PAIRS)))
-        _PAIRS[key] = load_pairs(data, load_tokenizer(data.tokenizer), seq_len)
-    return _PAIRS[key]
+_pairs = read_once(load_pairs)
 
 
 def describe(pairs: PreferencePairs, truncation: str) -> str:
     """One line: where the pairs came from and what was cut."""
-    cut = []
-    if pairs.dropped:
-        cut.append(f"{pairs.dropped:,} longer than seq_len dropped")
-    if pairs.truncated:
-        cut.append(f"{pairs.truncated:,} with the prompt's head cut")
-    lost = f"; {', '.join(cut)} (data.truncation={truncation})" if cut else ""
     return (f"{pairs.label}, {pairs.pairs:,} pairs, {len(pairs.tokens):,} tokens, "
-            f"{int(pairs.trained.sum()):,} trained{lost})")
+            f"{int(pairs.trained.sum()):,} trained{what_was_cut(pairs, truncation)})")
 
 
 class DPOBatches:

@@ -30,17 +30,23 @@ class SFTTrainConfig(LMTrainConfig):
     data: SFTDataConfig = dataclasses.field(default_factory=SFTDataConfig)
 
 
-_EXAMPLES: dict[str, SFTExamples] = {}
+def read_once(load):
+    """`load(data, tokenizer, seq_len)` as `read(data, seq_len)`: a source read once per
+    process (resolve checks it, data packs it), the last four kept."""
+    memo: dict[str, object] = {}
+
+    def read(data, seq_len: int):
+        key = repr((dataclasses.asdict(data), seq_len))
+        if key not in memo:
+            if len(memo) >= 4:
+                memo.pop(next(iter(memo)))
+            memo[key] = load(data, load_tokenizer(data.tokenizer), seq_len)
+        return memo[key]
+
+    return read
 
 
-def _examples(data: SFTDataConfig, seq_len: int) -> SFTExamples:
-    """The source's examples, read once per process (resolve checks them, data packs them)."""
-    key = repr((dataclasses.asdict(data), seq_len))
-    if key not in _EXAMPLES:
-        if len(_EXAMPLES) >= 4:
-            _EXAMPLES.pop(next(iter(_EXAMPLES)))
-        _EXAMPLES[key] = load_examples(data, load_tokenizer(data.tokenizer), seq_len)
-    return _EXAMPLES[key]
+_examples = read_once(load_examples)
 
 
 class SupervisedFineTuning(Task):
@@ -106,15 +112,20 @@ class SupervisedFineTuning(Task):
 def describe(examples: SFTExamples, truncation: str) -> str:
     """One line: where the examples came from, what the loss trains, what was cut."""
     trained = int(examples.trained.sum())
-    cut = []
-    if examples.dropped:
-        cut.append(f"{examples.dropped:,} longer than seq_len dropped")
-    if examples.truncated:
-        cut.append(f"{examples.truncated:,} with the prompt's head cut")
-    lost = f"; {', '.join(cut)} (data.truncation={truncation})" if cut else ""
     return (f"{examples.label}, {len(examples.starts) - 1:,} examples, "
             f"{len(examples.tokens):,} tokens, {trained:,} trained "
-            f"({examples.train_on}){lost})")
+            f"({examples.train_on}){what_was_cut(examples, truncation)})")
+
+
+def what_was_cut(found, truncation: str) -> str:
+    """"; N longer than seq_len dropped, ... (data.truncation=...)", or "" when nothing
+    was: `found` counts them (`dropped`, `truncated`)."""
+    cut = []
+    if found.dropped:
+        cut.append(f"{found.dropped:,} longer than seq_len dropped")
+    if found.truncated:
+        cut.append(f"{found.truncated:,} with the prompt's head cut")
+    return f"; {', '.join(cut)} (data.truncation={truncation})" if cut else ""
 
 
 class SFTBatches:
