@@ -76,6 +76,8 @@ CASES = [
     (["train", "llama-tiny", "task=dpo"],
      "task=dpo tunes a model against itself as it starts (the reference), so it starts"),
     (["train", "llama-tiny", "task=dpo", "dpo.beta=0"], "dpo.beta must be a positive number"),
+    (["train", "--init-from", "{d}/run", "task=dpo", "eval_every=10"],
+     "task=dpo has no validation pass yet"),
     (["train", "--init-from", "{d}/run", "task=dpo", "data.source={d}/dpo_same.jsonl"],
      "dpo_same.jsonl row 1: 'chosen' and 'rejected' are identical, so there is no preference"),
     (["train", "--init-from", "{d}/run", "task=dpo", "data.source={d}/dpo_empty.jsonl"],

@@ -112,6 +112,9 @@ class DirectPreference(Task):
         if not config.init_from:
             raise UserError("task=dpo tunes a model against itself as it starts (the "
                             "reference), so it starts from one: add --init-from RUN_OR_HF_DIR")
+        if config.eval_every:
+            raise UserError("task=dpo has no validation pass yet (its rewards are logged every "
+                            "step); set eval_every=0")
         pairs = _pairs(config.data, config.seq_len)
         print(f"dpo data: {describe(pairs, config.data.truncation)}", file=sys.stderr)
         tokenizer = load_tokenizer(config.data.tokenizer)
