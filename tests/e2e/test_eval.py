@@ -1,6 +1,7 @@
-"""Export and evaluation end to end: a tiny llama trained on text that teaches the sample
-tasks' answers scores well above chance, an untrained one near chance; the export loads in
-transformers; lm-eval's CLI, `zoo eval` and the XLA backend agree."""
+"""Export and evaluation end to end: the export loads in transformers with the zoo model's
+logits and generates as it does; `zoo eval`'s XLA and hf backends agree (lm-eval's CLI too,
+slow); a tiny llama trained on text that teaches the sample tasks' answers scores well above
+chance, an untrained one near chance (slow: 200 steps)."""
 
 import json
 import os
@@ -12,7 +13,6 @@ import pytest
 import torch
 
 from tests.support.paths import ROOT
-from tests.support.runs import side_by_side
 
 # two of llama-tiny's four layers learn the teaching text as well (arc_easy_sample 0.94 after
 # 200 steps, measured) in three quarters of the time
@@ -39,27 +39,38 @@ def accuracies(results_file: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("eval")
-    trained, untrained = tmp / "trained", tmp / "untrained"
-    side_by_side([("train", "llama-tiny", "--tpu", "cpu-1", "--steps", "200", "--out",
-                   str(trained), "optim.lr=3e-3", *TEACH),
-                  ("train", "llama-tiny", "--tpu", "cpu-1", "--steps", "1", "--out",
-                   str(untrained), "optim.lr=0", *TEACH)], run=zoo)
-    return {"trained": trained, "untrained": untrained, "tmp": tmp}
+def runs(pretrained_run, tmp_path_factory):
+    """What the export, generation and backend checks read: llama-tiny after 2 steps
+    (tests/e2e/conftest.py), near chance on the sample tasks."""
+    return {"untrained": pretrained_run, "tmp": tmp_path_factory.mktemp("eval")}
 
 
 @pytest.fixture(scope="module")
-def cpu_eval(runs):
-    names = ("trained", "untrained")
-    for result in side_by_side([("eval", str(runs[name]), "--tasks", TASKS) for name in names],
-                               run=zoo):
-        assert "arc_easy_sample   acc" in result.stdout
-    return {name: runs[name] / "eval_results.json" for name in names}
+def trained_run(runs):
+    """200 steps on the teaching text."""
+    result = zoo("train", "llama-tiny", "--tpu", "cpu-1", "--steps", "200", "--out",
+                 str(runs["tmp"] / "trained"), "optim.lr=3e-3", *TEACH)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return runs["tmp"] / "trained"
 
 
-def test_training_on_the_teaching_text_is_measured_by_eval(cpu_eval):
-    trained, untrained = accuracies(cpu_eval["trained"]), accuracies(cpu_eval["untrained"])
+def cpu_eval(run: Path, out: Path) -> Path:
+    """`zoo eval RUN --tasks TASKS` with lm-eval's hf backend: its results file."""
+    result = zoo("eval", str(run), "--tasks", TASKS, "--out", str(out))
+    assert result.returncode == 0 and "arc_easy_sample   acc" in result.stdout, result.stderr
+    return out / "eval_results.json"
+
+
+@pytest.fixture(scope="module")
+def untrained_scores(runs):
+    return cpu_eval(runs["untrained"], runs["tmp"] / "untrained_eval")
+
+
+@pytest.mark.slow  # 200 steps; by default the fine-tuning tests train and export, and the
+# eval backends are compared on the untrained run (below)
+def test_training_on_the_teaching_text_is_measured_by_eval(trained_run, untrained_scores):
+    trained = accuracies(cpu_eval(trained_run, trained_run / "eval"))
+    untrained = accuracies(untrained_scores)
     # 48 four-way questions: chance is 0.25 +- 0.06
     assert trained["arc_easy_sample"] >= 0.6
     assert untrained["arc_easy_sample"] <= 0.45
@@ -81,9 +92,9 @@ def test_export_loads_in_transformers_and_gives_the_zoo_logits(runs):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     out = runs["tmp"] / "export"
-    result = zoo("export", str(runs["trained"]), str(out))
+    result = zoo("export", str(runs["untrained"]), str(out))
     assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.startswith("exported step 200 (") and "LlamaForCausalLM" in result.stdout
+    assert result.stdout.startswith("exported step 2 (") and "LlamaForCausalLM" in result.stdout
     files = {p.name for p in out.iterdir()}
     assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
             "generation_config.json"} <= files
@@ -93,9 +104,9 @@ def test_export_loads_in_transformers_and_gives_the_zoo_logits(runs):
         "<|begin_of_text|>", "<|end_of_text|>", "<|pad|>")
     ids = tokenizer("Question: What color is a glimmerbeak?", return_tensors="pt").input_ids
     with torch.no_grad():
-        torch.testing.assert_close(hf(ids).logits, zoo_model(runs["trained"])(ids), rtol=1e-4,
-                                   atol=1e-4)
-    again = zoo("export", str(runs["trained"]), str(out))
+        torch.testing.assert_close(hf(ids).logits, zoo_model(runs["untrained"])(ids),
+                                   rtol=1e-4, atol=1e-4)
+    again = zoo("export", str(runs["untrained"]), str(out))
     assert again.returncode != 0 and "already exists" in again.stderr
 
 
@@ -104,9 +115,9 @@ def test_generation_with_the_kv_cache_continues_as_the_zoo_model_does(runs):
     with one seed, as the zoo model recomputing the whole sequence for every token."""
     from zoo.app.generate import generate, load_for_generation
 
-    cached, tokenizer = load_for_generation(runs["trained"])
+    cached, tokenizer = load_for_generation(runs["untrained"])
     assert type(cached).__name__ == "LlamaForCausalLM"
-    own = zoo_model(runs["trained"])
+    own = zoo_model(runs["untrained"])
     for temperature, top_k in ((0.0, 0), (0.8, 40)):
         texts = [generate(model, tokenizer, "Question: What color", 24, temperature, top_k,
                           seed=3) for model in (cached, own)]
@@ -114,8 +125,8 @@ def test_generation_with_the_kv_cache_continues_as_the_zoo_model_does(runs):
 
 
 @pytest.mark.slow  # lm-eval's CLI on our export; by default our two backends are compared
-def test_lm_eval_cli_on_the_export_gives_the_same_numbers(runs, cpu_eval):
-    folder = json.loads(cpu_eval["trained"].read_text())["model_folder"]
+def test_lm_eval_cli_on_the_export_gives_the_same_numbers(runs, untrained_scores):
+    folder = json.loads(untrained_scores.read_text())["model_folder"]
     out = runs["tmp"] / "lm_eval_out"
     result = run(str(Path(sys.executable).parent / "lm_eval"), "--model", "hf", "--model_args",
                  f"pretrained={folder}", "--tasks", TASKS, "--include_path", "eval/tasks",
@@ -123,19 +134,19 @@ def test_lm_eval_cli_on_the_export_gives_the_same_numbers(runs, cpu_eval):
     assert result.returncode == 0, result.stderr[-3000:]
     results_file = next(out.rglob("results_*.json"))
     theirs = json.loads(results_file.read_text())["results"]
-    ours = json.loads(cpu_eval["trained"].read_text())["results"]
+    ours = json.loads(untrained_scores.read_text())["results"]
     for task in TASKS.split(","):
         for metric in ("acc,none", "acc_norm,none"):
             assert theirs[task][metric] == ours[task][metric], (task, metric)
 
 
-def test_xla_backend_matches_the_hf_backend(runs, cpu_eval):
+def test_xla_backend_matches_the_hf_backend(runs, untrained_scores):
     out = runs["tmp"] / "xla_eval"
-    result = zoo("eval", str(runs["trained"]), "--tasks", TASKS, "--device", "xla",
+    result = zoo("eval", str(runs["untrained"]), "--tasks", TASKS, "--device", "xla",
                  "--out", str(out))
     assert result.returncode == 0, result.stderr[-3000:]
     xla = json.loads((out / "eval_results.json").read_text())
-    hf = json.loads(cpu_eval["trained"].read_text())
+    hf = json.loads(untrained_scores.read_text())
     for task in TASKS.split(","):
         # fp32 on both; XLA:CPU fuses and reorders sums: log-likelihoods of ~-100 agree to 1e-3
         assert len(xla["loglikelihoods"][task]) == 48

@@ -1,4 +1,5 @@
-"""`zoo train --init-from RUN lora.rank=8` as a user runs it: adapters on a frozen base.
+"""`zoo train --init-from RUN lora.rank=8` as a user runs it (with task=sft: the runs of
+tests/e2e/conftest.py): adapters on a frozen base.
 Only the adapters train (every base weight bit for bit as loaded, no gradient and no
 optimizer state for it); the xla backend (4 devices) and the dtensor backend (2 processes)
 give the same losses, the xla one stopped and resumed half way; the checkpoint holds the
@@ -12,32 +13,16 @@ import sys
 import pytest
 import torch
 
+from tests.e2e.conftest import LORA_TARGETS
 from tests.e2e.test_dtensor import assert_same_losses
 from tests.support.paths import ROOT
-from tests.support.runs import env, losses, side_by_side, zoo
-
-TARGETS = "lora.targets=[q_proj,v_proj,o_proj,down_proj]"
-TUNE = ["lora.rank=8", TARGETS, "log_every=1", "seq_len=128", "checkpoint_every=2",
-        "optim.lr=1e-2"]  # 4 steps, all in the warm-up: the lr does not depend on --steps
+from tests.support.runs import env, losses, zoo
 
 
 @pytest.fixture(scope="module")
-def tuned(pretrained_run, tmp_path_factory):
-    """4 steps on each backend side by side; the xla run stops after 2 and is resumed."""
-    folder = tmp_path_factory.mktemp("lora")
-    runs = {"xla": ["--tpu", "cpu-4"], "dtensor": ["--backend", "dtensor", "--nproc", "2"]}
-
-    def train(name, *args):
-        common = ("train", "--init-from", str(pretrained_run), *TUNE, *args,
-                  "--out", str(folder / name))
-        if name == "xla":
-            first = zoo(*common, "--steps", "2")
-            assert first.returncode == 0, first.stderr[-3000:]
-        return zoo(*common, "--steps", "4")
-
-    results = side_by_side([(name, *args) for name, args in runs.items()], run=train)
-    assert "resuming from step 2" in results[0].stdout
-    return {name: folder / name for name in runs}
+def tuned(tuned_with_adapters):
+    """{backend: run folder}: SFT with adapters (tests/e2e/conftest.py)."""
+    return {name: folder for name, (folder, _) in tuned_with_adapters.items()}
 
 
 def test_xla_and_dtensor_tune_alike_and_a_resumed_run_continues(tuned):
@@ -63,7 +48,8 @@ def test_only_the_adapters_train(tmp_path):
     report = tmp_path / "report.json"
     worker = subprocess.run(
         [sys.executable, "-m", "tests.support.lora_worker", str(tmp_path / "run"), str(report),
-         "tpu=cpu-2", "steps=2", "lora.rank=8", TARGETS, "seq_len=128", "optim.lr=1e-2"],
+         "tpu=cpu-1", "steps=2", "lora.rank=8", LORA_TARGETS, "seq_len=128",
+         "optim.lr=1e-2"],
         env=env(), cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert worker.returncode == 0, worker.stderr[-3000:]
     found = json.loads(report.read_text())

@@ -1,31 +1,20 @@
-"""`zoo train --init-from RUN task=sft` as a user runs it: no model name (the run's own),
-the run's weights and tokenizer, the shipped instruction set; the xla backend with
-micro-batches (grad_accum=2, 2 devices) and the dtensor backend with 2 processes give the
-same losses, which holds only when every micro-batch and process weighs its loss by its
+"""`zoo train --init-from RUN task=sft` as a user runs it (with LoRA adapters, which
+tests/e2e/test_lora.py checks on the same runs: tests/e2e/conftest.py): no model name (the
+run's own), the run's weights and tokenizer, the shipped instruction set; the xla backend
+with micro-batches (grad_accum=2, 4 devices) and the dtensor backend with 2 processes give
+the same losses, which holds only when every micro-batch and process weighs its loss by its
 trained tokens (packed rows hold different numbers of them)."""
 
 import pytest
 import yaml
 
 from tests.e2e.test_dtensor import assert_same_losses
-from tests.support.runs import losses, side_by_side, zoo
-
-TUNE = ["task=sft", "--steps", "3", "log_every=1", "seq_len=128", "checkpoint_every=3"]
+from tests.support.runs import losses, zoo
 
 
-@pytest.fixture(scope="module")
-def tuned(pretrained_run, tmp_path_factory):
-    """The same tuning on each backend, side by side."""
-    folder = tmp_path_factory.mktemp("tuned")
-    runs = {"xla": ["--tpu", "cpu-2", "grad_accum=2"], "dtensor": ["--backend", "dtensor",
-                                                                  "--nproc", "2"]}
-    results = side_by_side([("train", "--init-from", str(pretrained_run), *TUNE, *args,
-                             "--out", str(folder / name)) for name, args in runs.items()])
-    return {name: (folder / name, result) for name, result in zip(runs, results)}
-
-
-def test_tuning_a_run_needs_no_model_name_and_starts_from_its_weights(tuned, pretrained_run):
-    out, result = tuned["xla"]
+def test_tuning_a_run_needs_no_model_name_and_starts_from_its_weights(tuned_with_adapters,
+                                                                      pretrained_run):
+    out, result = tuned_with_adapters["xla"]
     assert f"init: weights of {pretrained_run}/checkpoints/step-00000002" in result.stdout
     config = yaml.safe_load((out / "config.yaml").read_text())
     assert (config["model_name"], config["task"]) == ("llama-tiny", "sft")
@@ -34,13 +23,14 @@ def test_tuning_a_run_needs_no_model_name_and_starts_from_its_weights(tuned, pre
     assert "sample: '" in result.stdout and "Assistant:" in result.stdout
 
 
-def test_micro_batches_and_processes_average_as_one_batch(tuned):
-    assert_same_losses(losses(tuned["dtensor"][0]), losses(tuned["xla"][0]), range(1, 4))
+def test_micro_batches_and_processes_average_as_one_batch(tuned_with_adapters):
+    (dtensor, _), (xla, _) = tuned_with_adapters["dtensor"], tuned_with_adapters["xla"]
+    assert_same_losses(losses(dtensor), losses(xla), range(1, 5))
 
 
 @pytest.mark.slow  # exports write the run's tokenizer files by default (tests/e2e/test_eval.py)
-def test_the_tuned_run_exports_with_its_chat_template(tuned, tmp_path):
-    out, _ = tuned["xla"]
+def test_the_tuned_run_exports_with_its_chat_template(tuned_with_adapters, tmp_path):
+    out, _ = tuned_with_adapters["xla"]
     result = zoo("export", str(out), str(tmp_path / "hf"))
     assert result.returncode == 0, result.stderr[-2000:]
     from transformers import AutoTokenizer

@@ -69,7 +69,8 @@ class Run:
         model = dataclasses.replace(cfg.model, **plain)
         trained = lora.step_flops_ratio(  # the family's own loss: the model's step alone
             lambda: self.family.build(model, init=False), cfg.lora, self.family.task.loss,
-            self.family.task.example_batch(dataclasses.replace(cfg, global_batch_size=1)))
+            self.family.task.example_batch(dataclasses.replace(cfg, global_batch_size=1,
+                                                               grad_accum=1)))
         return full - train_flops(forward) * (1 - trained)
 
     def with_config(self, config) -> Run:
