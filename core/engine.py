@@ -130,7 +130,7 @@ class Engine:
         # a frozen copy of the starting model for a task that compares with it (DPO), but
         # under LoRA: there the model with its adapters off is it
         reference = (copy.deepcopy(model).requires_grad_(False)
-                     if task.reference_forwards and not lora.has_adapters(model) else None)
+                     if task.reference_forwards and not config.lora.enabled else None)
         apply_remat(model, remat)
         model, self.plan, self.mesh, self.mesh_sizes = self.backend.prepare(
             model, rules, config.mesh, self.bf16)

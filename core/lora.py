@@ -108,10 +108,6 @@ def _attach(module: nn.Linear, config: LoraConfig, generator: torch.Generator) -
     module.register_forward_hook(_add_adapter_output)
 
 
-def has_adapters(model: nn.Module) -> bool:
-    return any(hasattr(module, "lora_scale") for module in model.modules())
-
-
 @contextlib.contextmanager
 def adapters_off(model: nn.Module):
     """The base model alone while inside (DPO's reference under LoRA: no second copy). A
