@@ -140,7 +140,11 @@ class Engine:
         if task.reference_forwards:
             task = self.task = task.with_reference(reference, config)
         self.train_flops_per_item = train_flops_per_item  # what MFU counts
-        self.train_step = TrainStep.around(model, config, task, self.backend, self.bf16)
+        # torch_xla's micro-batch loop (gradient_accumulation) computes a wrong loss around
+        # its scan and refuses its checkpoint (tests/e2e/test_train.py): unrolled there
+        in_loop = False if remat.scan or remat.checkpoint else None
+        self.train_step = TrainStep.around(model, config, task, self.backend, self.bf16,
+                                           accumulate_in_loop=in_loop)
         self.model, self.optimizer = model, self.train_step.optimizer
         self.scheduler = self.train_step.scheduler
         self.checkpointer = Checkpointer(config.checkpoint_location,
