@@ -14,8 +14,8 @@ that tied-embedding sizes lack). A spec lists, per tensor dimension, null (repli
 a list of mesh axes, or a logical axis (`batch`: the axes the inputs' batch is split over,
 core/mesh.py LOGICAL_AXES). Matching is strict both ways: a parameter that no rule covers and a
 rule that matches nothing (including one shadowed by an earlier rule) are errors naming them.
-A LoRA adapter (`x.lora_A.weight`, core/lora.py) needs no rule: it is split as the weight it
-adapts (`x.weight`) along the dimension the two share.
+A LoRA adapter (`x.lora_A.weight`, `x.lora_A.gate_up_proj`; core/lora.py) needs no rule: it is
+split as the weight it adapts (`x.weight`, `x.gate_up_proj`) along the dimension the two share.
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ Spec = tuple  # per-dimension: None | axis name | tuple of axis names
 # the child under which a scanned layer stack (core/remat.py) keeps its layers' weights
 # stacked: a parameter under it has one more leading dimension than its rule's spec names
 STACKED = "*"
-# LoRA's matrices (core/lora.py), children of the layer they adapt: `x.lora_A.weight`
+# LoRA's matrices (core/lora.py), children of what they adapt: `x.lora_A.weight` (a linear
+# layer's), `x.lora_A.gate_up_proj` (an experts module's stacked weight)
 ADAPTER_MATRICES = ("lora_A", "lora_B")
 
 
@@ -242,18 +243,17 @@ def _fmt_spec(spec: Spec) -> str:
 
 
 def base_weight_of(name: str) -> str | None:
-    """`x.lora_A.weight` -> `x.weight`, the weight that adapter adapts; None for others."""
-    for matrix in ADAPTER_MATRICES:
-        suffix = f".{matrix}.weight"
-        if name.endswith(suffix):
-            return name[: -len(suffix)] + ".weight"
-    return None
+    """`x.lora_A.weight` -> `x.weight` (a linear layer's), `x.lora_B.gate_up_proj` ->
+    `x.gate_up_proj` (expert weights'): the weight an adapter adapts; None for others."""
+    owner, _, leaf = name.rpartition(".")
+    stem, _, matrix = owner.rpartition(".")
+    return f"{stem}.{leaf}" if matrix in ADAPTER_MATRICES else None
 
 
 def _adapter_spec(name: str, base_spec: tuple) -> tuple:
     """An adapter matrix's sharding from its base weight's ([..., out, in]): lora_A
     ([..., rank, in]) is split as the base's input dim, lora_B ([..., out, rank]) as its
     output dim; the rank dim is replicated (it is small)."""
-    if name.endswith(".lora_A.weight"):
+    if name.rpartition(".")[0].endswith(".lora_A"):
         return (*base_spec[:-2], None, base_spec[-1])
     return (*base_spec[:-1], None)

@@ -68,19 +68,23 @@ def _adapter_base(run: Run, checkpoint: str | Path) -> str:
 
 
 def _write_adapter(run: Run, adapters: dict, base: str, checkpoint: str, folder: Path) -> None:
-    """PEFT's adapter folder: adapter_config.json, adapter_model.safetensors (PEFT's key
-    names) and the tokenizer, after the base is checked to be the one the run trained on."""
+    """PEFT's adapter folder and the tokenizer, after the base is checked to be the one the
+    run trained on."""
+    model = adapted_model(run, checkpoint, adapters)  # refuses another base than the run's
+    write_peft_adapter(model, run.config.lora, base, folder)
+    run.task.write_hf_extras(run.config, run.family.hf_config(run.config.model), folder)
+
+
+def write_peft_adapter(model, config: lora.LoraConfig, base: str, folder: Path) -> None:
+    """`model`'s adapters as PEFT's adapter folder over `base`: adapter_config.json and
+    adapter_model.safetensors, with PEFT's names and layouts (core/lora.py `as_peft`)."""
     import peft  # start-up
 
-    adapted_model(run, checkpoint, adapters)  # refuses another base than the run's
-    cfg = run.config
-    peft.LoraConfig(r=cfg.lora.rank, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
-                    target_modules=list(cfg.lora.targets), base_model_name_or_path=base,
+    targets, state = lora.as_peft(model, config)
+    peft.LoraConfig(r=config.rank, lora_alpha=config.alpha, lora_dropout=config.dropout,
+                    **targets, base_model_name_or_path=base,
                     task_type="CAUSAL_LM").save_pretrained(folder)
-    save_file({f"base_model.model.{name}": w.contiguous()
-               for name, w in lora.adapter_weights(adapters).items()},
-              str(folder / "adapter_model.safetensors"), metadata={"format": "pt"})
-    run.task.write_hf_extras(cfg, run.family.hf_config(cfg.model), folder)
+    save_file(state, str(folder / "adapter_model.safetensors"), metadata={"format": "pt"})
 
 
 @dataclasses.dataclass(frozen=True)

@@ -104,7 +104,7 @@ CASES = [
      "data.document_mask keeps documents apart, and data.source=synthetic has none"),
     # LoRA adapters
     (["train", "llama-tiny", "lora.rank=8", "lora.targets=[qkv]"],
-     "lora.targets: 'qkv' matches no module of the model; its linear layers are"),
+     "lora.targets: 'qkv' matches nothing in the model; LoRA adapts the linear layers"),
     (["train", "llama-tiny", "lora.rank=8", "lora.targets=[input_layernorm]"],
      "model.layers.0.input_layernorm is a LlamaRMSNorm, not a linear layer"),
     (["train", "llama-tiny", "lora.rank=4096"], "lora.rank=4096 is larger than"),

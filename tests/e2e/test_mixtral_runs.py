@@ -1,7 +1,8 @@
 """Mixtral end to end with expert parallelism (`sharding=fsdp_expert mesh.expert=2` on 4
 devices): `zoo train` learns with one compile and logs the router, resumes after SIGKILL
 with identical losses, its export loads in transformers with our logits, and `zoo eval` on
-XLA scores as lm-eval's transformers backend does."""
+XLA scores as lm-eval's transformers backend does. LoRA adapters on its experts tune it on
+the expert mesh with the layers scanned as the dtensor backend tunes it unrolled."""
 
 import json
 
@@ -9,7 +10,13 @@ import pytest
 import torch
 import transformers
 
-from tests.support.runs import kill_after_first_checkpoint_then_rerun, losses, trained_run, zoo
+from tests.support.runs import (
+    kill_after_first_checkpoint_then_rerun,
+    losses,
+    side_by_side,
+    trained_run,
+    zoo,
+)
 
 RUN = ["mixtral-tiny", "--tpu", "cpu-4", "--steps", "12", "sharding=fsdp_expert",
        "mesh.expert=2", "model.num_hidden_layers=2", "seq_len=64", "checkpoint_every=4",
@@ -29,6 +36,30 @@ def test_expert_parallel_run_learns_with_one_compile_and_logs_the_router(trained
         assert 1.0 <= record["expert_balance"] <= 4  # busiest share / mean, 4 experts
         assert 0.0 <= record["dropped_fraction"] < 1.0
         assert record["loss"] > record["lm_loss"]  # + the weighted load-balancing loss
+
+
+def test_expert_adapters_tune_alike_scanned_on_the_expert_mesh_and_on_dtensor(trained, tmp_path):
+    """Adapters on q_proj and on every expert's weights (`gate_up_proj`, `down_proj`): only
+    they are checkpointed, and the xla run (experts split over `expert`, layers scanned)
+    gives the dtensor run's LM losses (the total differs in the balancing term, computed
+    per process there: docs/backends.md)."""
+    from core.store.checkpoint import load_checkpoint
+
+    tune = ["train", "--init-from", str(trained), "--steps", "3", "lora.rank=4", "seq_len=64",
+            "lora.targets=[q_proj,gate_up_proj,down_proj]", "log_every=1", "optim.lr=1e-2"]
+    side_by_side([(*tune, "--tpu", "cpu-4", "sharding=fsdp_expert", "mesh.expert=2",
+                   "remat=scan", "--out", str(tmp_path / "xla")),
+                  (*tune, "--backend", "dtensor", "--nproc", "2", "--out",
+                   str(tmp_path / "dtensor"))])
+    lm_losses = {}
+    for backend in ("xla", "dtensor"):
+        records = (tmp_path / backend / "metrics.jsonl").read_text().splitlines()
+        lm_losses[backend] = [json.loads(line)["lm_loss"] for line in records]
+    torch.testing.assert_close(lm_losses["xla"], lm_losses["dtensor"], rtol=0, atol=1e-5)
+    assert lm_losses["xla"][-1] < lm_losses["xla"][0]
+    saved = set(load_checkpoint(tmp_path / "xla"))
+    assert "model.layers.1.mlp.experts.lora_B.down_proj" in saved
+    assert all(".lora_A." in name or ".lora_B." in name for name in saved)
 
 
 @pytest.mark.slow  # the same resume path as llama's (tests/e2e/test_train.py), by default

@@ -1,7 +1,8 @@
 """LoRA adapters (core/lora.py) against peft's own: our llama with adapters on every linear
 layer (o_proj, which takes heads, included) gives the logits of transformers'
 LlamaForCausalLM with peft's LoRA on the same weights (fp32, 1e-5), and its merged weights
-give them too; adapters are sharded as their base weights; bad targets are refused."""
+give them too; so does mixtral with adapters on its experts, through the PEFT folder zoo
+writes; adapters are sharded as their base weights; bad targets are refused."""
 
 import dataclasses
 
@@ -10,11 +11,12 @@ import torch
 
 from core import lora
 from core.errors import UserError
-from core.sharding import ShardingError, ShardingRules, plan_params
+from core.sharding import ShardingError, ShardingRules, base_weight_of, plan_params
 from zoo.registry import family
 
 EVERY_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 CONFIG = lora.LoraConfig(rank=4, alpha=8.0, targets=EVERY_LINEAR)
+EXPERTS = lora.LoraConfig(rank=4, alpha=8.0, targets=["q_proj", "gate_up_proj", "down_proj"])
 
 
 def tiny_llama(init=True):
@@ -44,8 +46,8 @@ def adapted():
 def test_only_the_adapters_train(adapted):
     _, _, model, _, names = adapted
     trained = {n for n, p in model.named_parameters() if p.requires_grad}
-    assert len(names) == 2 * len(EVERY_LINEAR)
-    assert trained == {f"{m}.{a}.weight" for m in names for a in lora.ADAPTER_MATRICES}
+    assert len(names) == 2 * len(EVERY_LINEAR) and len(trained) == 2 * len(names)
+    assert {base_weight_of(n) for n in trained} == set(names)
 
 
 def test_adapters_start_at_the_base():
@@ -84,6 +86,52 @@ def test_adapters_equal_peft_and_their_merge(adapted):
     assert torch.allclose(merged, ours, atol=1e-5, rtol=0)
 
 
+def test_expert_adapters_equal_peft_from_the_folder_zoo_writes_and_their_merge(tmp_path):
+    """Adapters on mixtral's stacked experts (one per expert) and on q_proj, written as a
+    PEFT folder (`target_parameters`) that peft.PeftModel.from_pretrained loads over
+    transformers' MixtralForCausalLM: the same logits, and the merged model's too."""
+    import peft
+    import transformers
+
+    from eval.export import write_peft_adapter
+    from tests.support.mixtral_cases import SMALL
+
+    fam = family("mixtral")
+    model = fam.build(SMALL, seed=0).eval()
+    base = {k: v.clone() for k, v in model.state_dict().items()}
+    lora.add_adapters(model, EXPERTS, seed=0)
+    trained_adapters(model)
+    assert model.model.layers[0].mlp.experts.lora_B.gate_up_proj.shape == (4, 96, 4)
+    theirs = transformers.MixtralForCausalLM(SMALL.to_hf()).eval()
+    theirs.load_state_dict(base)
+    theirs.save_pretrained(tmp_path / "base")
+    write_peft_adapter(model, EXPERTS, str(tmp_path / "base"), tmp_path / "adapter")
+    theirs = peft.PeftModel.from_pretrained(theirs, tmp_path / "adapter").eval()
+
+    merged_model = fam.build(SMALL, init=False).eval()
+    merged_model.load_state_dict(lora.merged(model.state_dict(), EXPERTS.scale))
+    ids = torch.randint(0, SMALL.vocab_size, (2, 24), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        ours, peft_logits, merged = model(ids), theirs(ids).logits, merged_model(ids)
+        plain = fam.build(SMALL, seed=0).eval()(ids)
+    assert (ours - plain).abs().max() > 1e-2
+    assert torch.allclose(ours, peft_logits, atol=1e-5, rtol=0)
+    assert torch.allclose(merged, ours, atol=1e-5, rtol=0)
+
+
+def test_expert_adapters_shard_as_the_expert_weights():
+    fam = family("mixtral")
+    model = fam.build(fam.sizes["tiny"], init=False)
+    lora.add_adapters(model.to("meta"), EXPERTS, seed=0)
+    rules = ShardingRules.from_yaml(fam.preset("sharding", "fsdp_expert"))
+    plan = {p.name: p for p in plan_params(model, rules, {"fsdp": 2, "expert": 2})}
+    experts = "model.layers.0.mlp.experts"
+    weight = plan[f"{experts}.gate_up_proj"].spec
+    assert weight[0] == "expert"
+    assert plan[f"{experts}.lora_A.gate_up_proj"].spec == (weight[0], None, weight[2])
+    assert plan[f"{experts}.lora_B.gate_up_proj"].spec == (weight[0], weight[1], None)
+
+
 def test_adapters_shard_as_their_base_weights():
     fam, _, model = tiny_llama(init=False)
     with torch.device("meta"):
@@ -107,17 +155,25 @@ def test_a_weight_no_rule_covers_is_still_refused():
         plan_params(model, rules, {"fsdp": 1})
 
 
-@pytest.mark.parametrize("config, message", [
-    (lora.LoraConfig(rank=4, targets=["qkv_proj"]),
-     "'qkv_proj' matches no module of the model; its linear layers are .*q_proj"),
-    (lora.LoraConfig(rank=4, targets=["input_layernorm"]),
-     "model.layers.0.input_layernorm is a LlamaRMSNorm, not a linear layer"),
-    (lora.LoraConfig(rank=4096, targets=["q_proj"]),
-     r"lora.rank=4096 is larger than model.layers.0.self_attn.q_proj's smaller dimension"),
+@pytest.mark.parametrize("name, config, message", [
+    ("llama", lora.LoraConfig(rank=4, targets=["qkv_proj"]),
+     "'qkv_proj' matches nothing in the model; LoRA adapts the linear layers .*q_proj"),
+    ("llama", lora.LoraConfig(rank=4, targets=["input_layernorm"]),
+     "model.layers.0.input_layernorm is a LlamaRMSNorm, not a linear layer; LoRA adapts"),
+    ("llama", lora.LoraConfig(rank=4096, targets=["q_proj"]),
+     r"lora.rank=4096 is larger than model.layers.0.self_attn.q_proj.weight's smaller "),
+    ("mixtral", lora.LoraConfig(rank=4, targets=["experts"]),
+     "mlp.experts is a MixtralExperts, not a linear layer; .* expert weights down_proj, "
+     "gate_up_proj"),
+    ("mixtral", lora.LoraConfig(rank=300, targets=["gate_up_proj"]),
+     r"lora.rank=300 is larger than model.layers.0.mlp.experts.gate_up_proj's smaller "
+     r"dimension \(1024x256\)"),
+    ("mixtral", lora.LoraConfig(rank=4, dropout=0.1, targets=["gate_up_proj"]),
+     "lora.dropout must be 0 when adapting expert weights"),
 ])
-def test_bad_targets_are_refused_before_anything_changes(config, message):
-    _, _, model = tiny_llama(init=False)
-    model.to("meta")
+def test_bad_targets_are_refused_before_anything_changes(name, config, message):
+    fam = family(name)
+    model = fam.build(fam.sizes["tiny"], init=False).to("meta")
     with pytest.raises(UserError, match=message):
         lora.add_adapters(model, config, seed=0)
     assert all(p.requires_grad for p in model.parameters())
@@ -143,27 +199,31 @@ def test_a_fingerprint_knows_its_base_again():
     assert not lora.same_fingerprint(saved, lora.fingerprint(model))
 
 
-def test_the_step_flops_a_lora_run_counts_are_what_its_backward_computes():
+@pytest.mark.parametrize("name, adapters", [("llama", CONFIG), ("mixtral", EXPERTS)])
+def test_the_step_flops_a_lora_run_counts_are_what_its_backward_computes(name, adapters):
     """MFU's count (3x the forward less the frozen layers' weight gradients) against the
-    FLOPs torch counts in a real forward and backward on the CPU."""
+    FLOPs torch counts in a real forward and backward on the CPU (mixtral: dropless dense
+    dispatch, whose routing matmuls are too small to blur the comparison)."""
     from torch.utils.flop_counter import FlopCounterMode
 
     from zoo.app.run import resolve_run
 
-    fam, config, _ = tiny_llama(init=False)
+    fam = family(name)
+    config = dataclasses.replace(fam.sizes["tiny"], num_hidden_layers=2, attention="plain",
+                                 **({"dispatch": "dense"} if name == "mixtral" else {}))
     task = fam.task
-    batch = task.example_batch(resolve_run("llama-tiny", ["global_batch_size=1"]).config)
+    batch = task.example_batch(resolve_run(f"{name}-tiny", ["global_batch_size=1"]).config)
 
     def counted(adapted: bool) -> int:
         model = fam.build(config, init=False)
         if adapted:
-            lora.add_adapters(model, CONFIG, seed=0)
+            lora.add_adapters(model, adapters, seed=0)
         counter = FlopCounterMode(display=False)
         with counter:
             task.loss(model, batch)[0].backward()
         return counter.get_total_flops()
 
-    ratio = lora.step_flops_ratio(lambda: fam.build(config, init=False), CONFIG, task.loss,
+    ratio = lora.step_flops_ratio(lambda: fam.build(config, init=False), adapters, task.loss,
                                   batch)
     assert ratio == pytest.approx(counted(True) / counted(False), rel=0.05)
     assert ratio < 0.8

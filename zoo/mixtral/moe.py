@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from core import lora
 from zoo.mixtral.config import MixtralConfig
 
 
@@ -27,7 +28,10 @@ class ExpertProduct(nn.Module):
 class MixtralExperts(nn.Module):
     """Every expert's SwiGLU on its own tokens: [E, groups, capacity, H] -> the same shape.
     Its output (and its gate/up product's) is where a sharding preset pins the expert
-    layout (experts over `expert`)."""
+    layout (experts over `expert`). Both weights take LoRA adapters (`lora.targets`), one per
+    expert, as PEFT's `target_parameters` does."""
+
+    lora_parameters = ("gate_up_proj", "down_proj")
 
     def __init__(self, config: MixtralConfig):
         super().__init__()
@@ -38,8 +42,11 @@ class MixtralExperts(nn.Module):
         self.gate_up, self.down = ExpertProduct(), ExpertProduct()
 
     def forward(self, tokens):
-        gate, up = self.gate_up(tokens, self.gate_up_proj).chunk(2, dim=-1)
-        return self.down(F.silu(gate) * up, self.down_proj)
+        gate_up = self.gate_up(tokens, self.gate_up_proj)
+        gate, up = lora.expert_adapter_output(self, "gate_up_proj", tokens, gate_up).chunk(2, -1)
+        hidden = F.silu(gate) * up
+        return lora.expert_adapter_output(self, "down_proj", hidden,
+                                          self.down(hidden, self.down_proj))
 
 
 class MixtralRouter(nn.Module):
