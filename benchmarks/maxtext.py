@@ -1,7 +1,7 @@
-"""MaxText as a peer on the same compiler: run a llama or mixtral entry's settings
-(benchmarks/maxtext_keys.py) through MaxText's own trainer (JAX, synthetic data) on the
-same XLA devices, and return its timings in the worker's record format so the harness
-reports both side by side.
+"""MaxText as a peer on the same compiler: run a decoder entry's settings (llama, mixtral,
+qwen3, qwen3moe; benchmarks/maxtext_keys.py) through MaxText's own trainer (JAX, synthetic
+data) on the same XLA devices, and return its timings in the worker's record format so the
+harness reports both side by side.
 
 MaxText lives in its own environment (benchmarks/maxtext_env.sh builds it on first use):
 it needs Python >= 3.12 and a JAX of its own. Model FLOPs and parameters are the zoo's

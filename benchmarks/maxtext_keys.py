@@ -27,7 +27,9 @@ CUSTOM_POLICY = ["decoder_layer_input=offload"]  # MaxText's other named tensors
 # axis (its logical rules put FSDP, Megatron tensor and expert shards where zoo's do)
 SHARDING_AXES = {"fsdp": ("data", "fsdp"), "fsdp_tensor": ("data", "fsdp", "tensor"),
                  "fsdp_expert": ("data", "fsdp", "expert")}
-DECODER_BLOCKS = {"llama": "llama2", "mixtral": "mixtral"}
+DECODER_BLOCKS = {"llama": "llama2", "mixtral": "mixtral", "qwen3": "qwen3",
+                  "qwen3moe": "qwen3_moe"}
+QK_NORM = ("qwen3", "qwen3moe")  # queries and keys RMS-normed per head (use_qk_norm)
 OPTIMIZERS = ("adamw", "sgd")
 PRETRAINING = ("causal-lm", "moe-causal-lm")  # the families' own tasks: MaxText's pre_train
 
@@ -60,7 +62,9 @@ def model_keys(family_name: str, model) -> list[str]:
         f"normalization_layer_epsilon={model.rms_norm_eps}",
         f"rope_max_timescale={int(model.rope_theta)}",
     ]
-    if family_name == "mixtral":
+    if family_name in QK_NORM:
+        keys.append("use_qk_norm=true")
+    if hasattr(model, "num_local_experts"):  # a mixture of experts (mixtral's, qwen3moe's)
         # capacity: GShard dispatch with token dropping per sequence, as zoo's; dense: every
         # expert on every token (MaxText's dense einsums without a capacity)
         capacity = model.capacity_factor if model.dispatch == "capacity" else -1.0
@@ -69,6 +73,8 @@ def model_keys(family_name: str, model) -> list[str]:
                  f"base_moe_mlp_dim={model.intermediate_size}",
                  f"load_balance_loss_weight={model.router_aux_loss_coef}",
                  "sparse_matmul=false", f"capacity_factor={capacity}"]
+    if family_name == "qwen3moe":
+        keys.append(f"norm_topk_prob={str(model.norm_topk_prob).lower()}")
     return keys
 
 
