@@ -29,7 +29,7 @@ from core.topology import parse
 from tests.support.paths import ROOT
 
 WORKER = "tests.support.compile_worker"
-FAMILIES = ("llama", "t5", "vit")
+FAMILIES = ("llama", "t5", "vit", "qwen3", "qwen3moe")
 # families checked on each slice by default (others: all); every family is in the slow matrix
 ON_SLICE = {"v5p-8": ("llama",), "v4-32": ("llama",)}
 SHARDINGS = {"fsdp": [], "fsdp_tensor": ["mesh.tensor=2"]}

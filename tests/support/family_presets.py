@@ -106,7 +106,10 @@ def default_presets(cases) -> list[tuple[str, str]]:
     """The sharding x remat presets of the default suite (the rest are `slow`): every remat
     under the first sharding; each other sharding unrolled with a remat barrier, its layout
     per layer. Scanned under those shardings: the toy model's at 4 and 8 devices
-    (test_spmd.py) and llama's and mixtral's compiled for a TPU (test_tpu_compile.py)."""
+    (test_spmd.py) and llama's and mixtral's compiled for a TPU (test_tpu_compile.py). A
+    family built from another's layers names fewer (`DEFAULT_PRESETS`: qwen3's)."""
+    if hasattr(cases, "DEFAULT_PRESETS"):
+        return cases.DEFAULT_PRESETS
     first, *others = cases.MESHES
     return [(first, remat) for remat in cases.REMATS] + [(mesh, "checkpoint") for mesh in others]
 

@@ -73,14 +73,7 @@ class LlamaAttention(nn.Module):
         self.o_proj = HeadsToHidden(self.heads, self.head_dim, hidden)
 
     def forward(self, x, cos, sin, segment_ids=None):
-        batch, seq, _ = x.shape
-        # named for remat policies (save_qkv_proj keeps them under scan)
-        q = checkpoint_name(self.q_proj(x), "query_proj")
-        k = checkpoint_name(self.k_proj(x), "key_proj")
-        v = checkpoint_name(self.v_proj(x), "value_proj")
-        q = q.view(batch, seq, self.heads, self.head_dim).transpose(1, 2)
-        k = k.view(batch, seq, self.kv_heads, self.head_dim).transpose(1, 2)
-        v = v.view(batch, seq, self.kv_heads, self.head_dim).transpose(1, 2)
+        q, k, v = self.heads_qkv(x)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         groups = self.heads // self.kv_heads
         k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
@@ -89,6 +82,19 @@ class LlamaAttention(nn.Module):
         else:
             out = causal_attention(q, k, v, segment_ids)
         return self.o_proj(out)
+
+    def heads_qkv(self, x):
+        """Queries, keys and values by head, [batch, heads, seq, head_dim], before the
+        rotary embedding: where a family that normalises them per head (qwen3) does so."""
+        batch, seq, _ = x.shape
+        # named for remat policies (save_qkv_proj keeps them under scan)
+        q = checkpoint_name(self.q_proj(x), "query_proj")
+        k = checkpoint_name(self.k_proj(x), "key_proj")
+        v = checkpoint_name(self.v_proj(x), "value_proj")
+        q = q.view(batch, seq, self.heads, self.head_dim).transpose(1, 2)
+        k = k.view(batch, seq, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = v.view(batch, seq, self.kv_heads, self.head_dim).transpose(1, 2)
+        return q, k, v
 
 
 class HeadsToHidden(nn.Linear):
@@ -143,9 +149,11 @@ class LlamaMLP(nn.Module):
 
 
 class LlamaDecoderLayer(nn.Module):
+    attention_cls: type[LlamaAttention] = LlamaAttention  # a family's own (qwen3's QK-norm)
+
     def __init__(self, config: LlamaConfig):
         super().__init__()
-        self.self_attn = LlamaAttention(config)
+        self.self_attn = self.attention_cls(config)
         self.mlp = LlamaMLP(config)
         self.input_layernorm = LlamaRMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = LlamaRMSNorm(config.hidden_size, config.rms_norm_eps)

@@ -19,6 +19,9 @@ class MixtralConfig(LlamaConfig):
     rope_theta: float = 1e6
     num_local_experts: int = 4
     num_experts_per_tok: int = 2
+    # the chosen experts' router probabilities renormalised to sum to 1 (Mixtral always;
+    # Qwen3-MoE's norm_topk_prob)
+    norm_topk_prob: bool = True
     router_aux_loss_coef: float = 0.001  # weight of the load-balancing loss in training
     # How tokens reach experts, with static shapes either way:
     #   capacity: each expert takes at most capacity_factor x its fair share of a sequence's

@@ -29,9 +29,11 @@ class RouterStats:
 
 
 class MixtralDecoderLayer(nn.Module):
+    attention_cls: type[LlamaAttention] = LlamaAttention  # a family's own (qwen3moe's)
+
     def __init__(self, config: MixtralConfig):
         super().__init__()
-        self.self_attn = LlamaAttention(config)
+        self.self_attn = self.attention_cls(config)
         self.mlp = MixtralSparseMoeBlock(config)
         self.input_layernorm = LlamaRMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = LlamaRMSNorm(config.hidden_size, config.rms_norm_eps)
@@ -44,8 +46,10 @@ class MixtralDecoderLayer(nn.Module):
 
 
 class MixtralModel(LlamaModel):
+    layer_cls: type[MixtralDecoderLayer] = MixtralDecoderLayer
+
     def __init__(self, config: MixtralConfig):
-        super().__init__(config, MixtralDecoderLayer)
+        super().__init__(config, self.layer_cls)
 
     def forward(self, input_ids, segment_ids=None, positions=None):
         """(final hidden states, router statistics of every layer [layers, 2E + 1])."""

@@ -52,14 +52,17 @@ class MixtralExperts(nn.Module):
 class MixtralRouter(nn.Module):
     def __init__(self, config: MixtralConfig):
         super().__init__()
-        self.top_k = config.num_experts_per_tok
+        self.top_k, self.renormalise = config.num_experts_per_tok, config.norm_topk_prob
         self.weight = nn.Parameter(torch.empty(config.num_local_experts, config.hidden_size))
 
     def forward(self, x):
-        """(fp32 router probabilities [..., E], top-k expert ids, their renormalised weights)."""
+        """(fp32 router probabilities [..., E], top-k expert ids, their weights: the chosen
+        probabilities, renormalised to sum to 1 where the config says so)."""
         probs = F.linear(x, self.weight).float().softmax(-1)
         weights, experts = probs.topk(self.top_k, dim=-1)
-        return probs, experts, weights / weights.sum(-1, keepdim=True)
+        if self.renormalise:
+            weights = weights / weights.sum(-1, keepdim=True)
+        return probs, experts, weights
 
 
 class MixtralSparseMoeBlock(nn.Module):

@@ -1,0 +1,108 @@
+"""The families researchers start from, each as a user meets it: a random-initialised
+transformers model of a tiny config made here (nothing downloaded), saved with
+`save_pretrained` beside the shipped tokenizer, is what `--init-from` loads. zoo's logits
+equal transformers' on it; `zoo train --init-from` tunes it on the shipped instructions
+(`task=sft`); `zoo export` gives weights transformers loads with zoo's logits; and
+`zoo generate --temperature 0` gives transformers' greedy tokens."""
+
+import pytest
+import torch
+import transformers
+
+from tests.support.runs import zoo
+
+# fp32 on the CPU: only summation order differs
+TOL = {"rtol": 1e-4, "atol": 1e-4}
+TINY = dict(vocab_size=4096, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+HF_CONFIGS = {
+    "qwen3": lambda: transformers.Qwen3Config(**TINY, head_dim=32, tie_word_embeddings=True),
+    "qwen3moe": lambda: transformers.Qwen3MoeConfig(
+        **TINY, head_dim=32, moe_intermediate_size=64, num_experts=4, num_experts_per_tok=2,
+        norm_topk_prob=True),
+}
+
+
+@pytest.fixture(scope="module", params=list(HF_CONFIGS))
+def hf_folder(request, tmp_path_factory):
+    """(family name, a saved transformers model of it with the shipped tokenizer)."""
+    from core.data import load_tokenizer
+
+    folder = tmp_path_factory.mktemp(request.param) / "hf"
+    torch.manual_seed(0)
+    config = HF_CONFIGS[request.param]()
+    transformers.AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    load_tokenizer("default").save_pretrained(folder)
+    return request.param, folder
+
+
+def ids():
+    return torch.randint(0, TINY["vocab_size"], (2, 24), generator=torch.Generator().manual_seed(0))
+
+
+def hf_logits(folder):
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
+    with torch.no_grad():
+        return model(input_ids=ids()).logits
+
+
+def test_init_from_loads_the_folder_with_transformers_logits(hf_folder):
+    from zoo.app.init_from import starting_point
+
+    name, folder = hf_folder
+    start = starting_point(str(folder), None)
+    assert start.family.name == name
+    model = start.family.build(start.model, init=False).eval()
+    start.load(model)
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids()), hf_logits(folder), **TOL)
+
+
+@pytest.fixture(scope="module")
+def tuned(hf_folder, tmp_path_factory):
+    name, folder = hf_folder
+    out = tmp_path_factory.mktemp(f"{name}-sft") / "run"
+    result = zoo("train", "--init-from", str(folder), "--tpu", "cpu-1", "--steps", "3",
+                 "task=sft", "seq_len=128", "log_every=1", "--out", str(out))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return name, out
+
+
+@pytest.fixture(scope="module")
+def exported(tuned):
+    """(the tuned run, its `zoo export`)."""
+    _, run_folder = tuned
+    out = run_folder.parent / "exported"
+    result = zoo("export", str(run_folder), str(out))
+    assert result.returncode == 0, result.stderr[-2000:]
+    return run_folder, out
+
+
+def test_sft_tunes_it_and_the_export_loads_in_transformers_with_zoo_logits(exported):
+    from core.store.checkpoint import load_checkpoint
+    from zoo.app.saved_run import load_run
+
+    run_folder, hf = exported
+    losses = [line for line in (run_folder / "metrics.jsonl").read_text().splitlines()]
+    assert len(losses) == 3
+    run = load_run(run_folder)[0]
+    ours = run.family.build(run.config.model, init=False).eval()
+    ours.load_state_dict(load_checkpoint(run_folder), strict=True)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(ids()), hf_logits(hf), **TOL)
+
+
+def test_greedy_generation_gives_transformers_tokens(exported):
+    from core.data import load_tokenizer
+
+    run_folder, hf = exported
+    result = zoo("generate", str(run_folder), "--prompt", "The", "--temperature", "0",
+                 "--max-new-tokens", "12")
+    assert result.returncode == 0, result.stderr[-2000:]
+    tokenizer = load_tokenizer(str(hf))
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(hf).eval()
+    prompt = tokenizer("The", return_tensors="pt").input_ids
+    greedy = theirs.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False,
+                             max_new_tokens=12, eos_token_id=tokenizer.eos_token_id,
+                             pad_token_id=tokenizer.pad_token_id)
+    assert result.stdout.strip() == tokenizer.decode(greedy[0], skip_special_tokens=True).strip()

@@ -1,0 +1,13 @@
+"""Hugging Face Qwen3 config.json -> Qwen3Config. The weights' names are transformers' own,
+so llama's loader reads them (zoo/llama/hf.py)."""
+
+from __future__ import annotations
+
+from core.hf import read_config
+from zoo.qwen3.config import Qwen3Config
+
+
+def config_from_hf(name_or_path: str) -> Qwen3Config:
+    from transformers import Qwen3Config as HFQwen3Config  # transformers
+
+    return Qwen3Config.from_hf(HFQwen3Config.from_dict(read_config(name_or_path)))

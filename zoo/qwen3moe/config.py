@@ -1,0 +1,87 @@
+"""Qwen3-MoE configuration: Mixtral's fields (zoo/mixtral/config.py: routing, capacity,
+expert parallelism) with Qwen3's defaults and published shapes; convertible to and from
+Hugging Face `Qwen3MoeConfig`, whose names differ (num_experts, moe_intermediate_size)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from core.config import same_named
+from zoo.llama.config import HF_SAME_NAMES as LLAMA_SAME_NAMES
+from zoo.mixtral.config import MixtralConfig
+
+# transformers' name -> ours, where they differ
+HF_RENAMED = {"num_experts": "num_local_experts", "moe_intermediate_size": "intermediate_size"}
+
+
+@dataclasses.dataclass
+class Qwen3MoeConfig(MixtralConfig):
+    intermediate_size: int = 256  # per expert (transformers' moe_intermediate_size)
+    head_dim: int | None = 64
+    rms_norm_eps: float = 1e-6
+    num_local_experts: int = 8
+    num_experts_per_tok: int = 2
+
+    def to_hf(self):
+        from transformers import Qwen3MoeConfig as HFQwen3MoeConfig  # transformers
+
+        return HFQwen3MoeConfig(
+            **same_named(self, HF_SAME_NAMES),
+            **{theirs: getattr(self, ours) for theirs, ours in HF_RENAMED.items()},
+            head_dim=self.dim_per_head,
+            rope_parameters={"rope_type": "default", "rope_theta": self.rope_theta},
+            tie_word_embeddings=self.tie_word_embeddings,
+            initializer_range=self.initializer_range,
+            eos_token_id=self.eos_token_id,
+            decoder_sparse_step=1,
+            mlp_only_layers=[],
+            use_sliding_window=False,
+        )
+
+    @classmethod
+    def from_hf(cls, hf) -> Qwen3MoeConfig:
+        """From a `transformers.Qwen3MoeConfig`. Dense layers among the sparse ones
+        (mlp_only_layers, decoder_sparse_step > 1), which no released Qwen3-MoE has, the
+        sliding window and scaled rope types are refused."""
+        if getattr(hf, "mlp_only_layers", None) or getattr(hf, "decoder_sparse_step", 1) != 1:
+            raise ValueError("dense layers among the experts (mlp_only_layers, "
+                             "decoder_sparse_step > 1) are not supported: every released "
+                             "Qwen3-MoE routes every layer")
+        if getattr(hf, "use_sliding_window", False):
+            raise ValueError("use_sliding_window=true is not supported (no released Qwen3 "
+                             "uses it)")
+        rope = dict(getattr(hf, "rope_parameters", None) or {})
+        if rope.get("rope_type", "default") != "default":
+            raise ValueError(f"unsupported rope type {rope['rope_type']!r}: default only")
+        eos = hf.eos_token_id[0] if isinstance(hf.eos_token_id, list) else hf.eos_token_id
+        return cls(
+            **same_named(hf, HF_SAME_NAMES),
+            **{ours: getattr(hf, theirs) for theirs, ours in HF_RENAMED.items()},
+            head_dim=hf.head_dim,
+            rope_theta=float(rope.get("rope_theta", getattr(hf, "rope_theta", 1e6))),
+            tie_word_embeddings=bool(hf.tie_word_embeddings),
+            eos_token_id=eos,
+        )
+
+
+HF_SAME_NAMES = (*(n for n in LLAMA_SAME_NAMES if n != "intermediate_size"),
+                 "num_key_value_heads", "num_experts_per_tok", "router_aux_loss_coef",
+                 "norm_topk_prob")
+
+
+def _qwen3_moe(hidden, expert_intermediate, layers, heads) -> Qwen3MoeConfig:
+    """A released Qwen3-MoE shape (Qwen/Qwen3-*-A*B): 128 experts, 8 routed per token, no
+    shared expert, 4 KV heads of 128, 152k vocab, theta 1e6."""
+    return Qwen3MoeConfig(
+        vocab_size=151936, hidden_size=hidden, intermediate_size=expert_intermediate,
+        num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=4,
+        head_dim=128, max_position_embeddings=40960, num_local_experts=128,
+        num_experts_per_tok=8, router_aux_loss_coef=0.001, tie_word_embeddings=False,
+        bos_token_id=151643, eos_token_id=151645)
+
+
+SIZES: dict[str, Qwen3MoeConfig] = {
+    "tiny": Qwen3MoeConfig(),
+    "30b-a3b": _qwen3_moe(2048, 768, 48, 32),
+    "235b-a22b": _qwen3_moe(4096, 1536, 94, 64),
+}
