@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from tests.support.paths import ROOT
+from tests.support.runs import zoo_here
 
 # two of llama-tiny's four layers learn the teaching text as well (arc_easy_sample 0.94 after
 # 200 steps, measured) in three quarters of the time
@@ -92,9 +93,9 @@ def test_export_loads_in_transformers_and_gives_the_zoo_logits(runs):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     out = runs["tmp"] / "export"
-    result = zoo("export", str(runs["untrained"]), str(out))
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.startswith("exported step 2 (") and "LlamaForCausalLM" in result.stdout
+    result = zoo_here("export", str(runs["untrained"]), str(out))
+    assert result.exit_code == 0, result.output[-2000:]
+    assert result.output.startswith("exported step 2 (") and "LlamaForCausalLM" in result.output
     files = {p.name for p in out.iterdir()}
     assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
             "generation_config.json"} <= files
@@ -106,8 +107,8 @@ def test_export_loads_in_transformers_and_gives_the_zoo_logits(runs):
     with torch.no_grad():
         torch.testing.assert_close(hf(ids).logits, zoo_model(runs["untrained"])(ids),
                                    rtol=1e-4, atol=1e-4)
-    again = zoo("export", str(runs["untrained"]), str(out))
-    assert again.returncode != 0 and "already exists" in again.stderr
+    again = zoo_here("export", str(runs["untrained"]), str(out))
+    assert again.exit_code != 0 and "already exists" in again.stderr
 
 
 def test_generation_with_the_kv_cache_continues_as_the_zoo_model_does(runs):

@@ -2,14 +2,16 @@
 transformers model of a tiny config made here (nothing downloaded), saved with
 `save_pretrained` beside the shipped tokenizer, is what `--init-from` loads. zoo's logits
 equal transformers' on it; `zoo train --init-from` tunes it on the shipped instructions
-(`task=sft`); `zoo export` gives weights transformers loads with zoo's logits; and
-`zoo generate --temperature 0` gives transformers' greedy tokens."""
+(`task=sft`; the mixture of experts with LoRA adapters on its experts, split over the
+expert axis and scanned); `zoo export` gives weights transformers loads with zoo's logits;
+and `zoo generate --temperature 0` gives transformers' greedy tokens. Export and generate
+run in this process (click's runner), the training as its own command."""
 
 import pytest
 import torch
 import transformers
 
-from tests.support.runs import zoo
+from tests.support.runs import zoo, zoo_here
 
 # fp32 on the CPU: only summation order differs
 TOL = {"rtol": 1e-4, "atol": 1e-4}
@@ -20,6 +22,12 @@ HF_CONFIGS = {
     "qwen3moe": lambda: transformers.Qwen3MoeConfig(
         **TINY, head_dim=32, moe_intermediate_size=64, num_experts=4, num_experts_per_tok=2,
         norm_topk_prob=True),
+}
+TUNING = {
+    "qwen3": ["--tpu", "cpu-1"],
+    "qwen3moe": ["--tpu", "cpu-4", "sharding=fsdp_expert", "mesh.expert=2", "remat=scan",
+                 "lora.rank=4", "lora.targets=[q_proj,gate_up_proj,down_proj]",
+                 "optim.lr=1e-2"],
 }
 
 
@@ -59,35 +67,27 @@ def test_init_from_loads_the_folder_with_transformers_logits(hf_folder):
 
 
 @pytest.fixture(scope="module")
-def tuned(hf_folder, tmp_path_factory):
+def exported(hf_folder, tmp_path_factory):
+    """(the run `zoo train --init-from` made, its `zoo export`)."""
     name, folder = hf_folder
-    out = tmp_path_factory.mktemp(f"{name}-sft") / "run"
-    result = zoo("train", "--init-from", str(folder), "--tpu", "cpu-1", "--steps", "3",
-                 "task=sft", "seq_len=128", "log_every=1", "--out", str(out))
-    assert result.returncode == 0, result.stderr[-3000:]
-    return name, out
-
-
-@pytest.fixture(scope="module")
-def exported(tuned):
-    """(the tuned run, its `zoo export`)."""
-    _, run_folder = tuned
-    out = run_folder.parent / "exported"
-    result = zoo("export", str(run_folder), str(out))
-    assert result.returncode == 0, result.stderr[-2000:]
-    return run_folder, out
+    out = tmp_path_factory.mktemp(f"{name}-sft")
+    tuned = zoo("train", "--init-from", str(folder), *TUNING[name], "--steps", "3",
+                "task=sft", "seq_len=128", "log_every=1", "--out", str(out / "run"))
+    assert tuned.returncode == 0, tuned.stderr[-3000:]
+    result = zoo_here("export", str(out / "run"), str(out / "exported"))
+    assert result.exit_code == 0, result.output[-2000:]
+    return out / "run", out / "exported"
 
 
 def test_sft_tunes_it_and_the_export_loads_in_transformers_with_zoo_logits(exported):
-    from core.store.checkpoint import load_checkpoint
+    from zoo.app.init_from import model_weights
     from zoo.app.saved_run import load_run
 
     run_folder, hf = exported
-    losses = [line for line in (run_folder / "metrics.jsonl").read_text().splitlines()]
-    assert len(losses) == 3
+    assert len((run_folder / "metrics.jsonl").read_text().splitlines()) == 3
     run = load_run(run_folder)[0]
     ours = run.family.build(run.config.model, init=False).eval()
-    ours.load_state_dict(load_checkpoint(run_folder), strict=True)
+    ours.load_state_dict(model_weights(str(run_folder))[1], strict=True)  # LoRA: merged
     with torch.no_grad():
         torch.testing.assert_close(ours(ids()), hf_logits(hf), **TOL)
 
@@ -96,13 +96,13 @@ def test_greedy_generation_gives_transformers_tokens(exported):
     from core.data import load_tokenizer
 
     run_folder, hf = exported
-    result = zoo("generate", str(run_folder), "--prompt", "The", "--temperature", "0",
-                 "--max-new-tokens", "12")
-    assert result.returncode == 0, result.stderr[-2000:]
+    result = zoo_here("generate", str(run_folder), "--prompt", "The", "--temperature", "0",
+                      "--max-new-tokens", "12")
+    assert result.exit_code == 0, result.output[-2000:]
     tokenizer = load_tokenizer(str(hf))
     theirs = transformers.AutoModelForCausalLM.from_pretrained(hf).eval()
     prompt = tokenizer("The", return_tensors="pt").input_ids
     greedy = theirs.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False,
                              max_new_tokens=12, eos_token_id=tokenizer.eos_token_id,
                              pad_token_id=tokenizer.pad_token_id)
-    assert result.stdout.strip() == tokenizer.decode(greedy[0], skip_special_tokens=True).strip()
+    assert result.output.strip() == tokenizer.decode(greedy[0], skip_special_tokens=True).strip()

@@ -16,7 +16,7 @@ import torch
 from tests.e2e.conftest import LORA_TARGETS
 from tests.e2e.test_dtensor import assert_same_losses
 from tests.support.paths import ROOT
-from tests.support.runs import env, losses, zoo
+from tests.support.runs import env, losses, zoo_here
 
 
 @pytest.fixture(scope="module")
@@ -64,9 +64,9 @@ def test_the_merged_export_and_the_adapter_folder_agree(tuned, tmp_path):
     import transformers
 
     for args in ([], ["--adapter"]):
-        result = zoo("export", str(tuned["xla"]), str(tmp_path / f"out{len(args)}"), *args)
-        assert result.returncode == 0, result.stderr[-2000:]
-    assert "peft.PeftModel.from_pretrained over" in result.stdout
+        result = zoo_here("export", str(tuned["xla"]), str(tmp_path / f"out{len(args)}"), *args)
+        assert result.exit_code == 0, result.output[-2000:]
+    assert "peft.PeftModel.from_pretrained over" in result.output
     config = json.loads((tmp_path / "out1" / "adapter_config.json").read_text())
     merged = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "out0")
     over_base = transformers.AutoModelForCausalLM.from_pretrained(

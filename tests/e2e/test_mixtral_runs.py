@@ -38,6 +38,7 @@ def test_expert_parallel_run_learns_with_one_compile_and_logs_the_router(trained
         assert record["loss"] > record["lm_loss"]  # + the weighted load-balancing loss
 
 
+@pytest.mark.slow  # by default qwen3moe tunes expert adapters so (tests/e2e/test_hf_families.py)
 def test_expert_adapters_tune_alike_scanned_on_the_expert_mesh_and_on_dtensor(trained, tmp_path):
     """Adapters on q_proj and on every expert's weights (`gate_up_proj`, `down_proj`): only
     they are checkpointed, and the xla run (experts split over `expert`, layers scanned)

@@ -21,6 +21,7 @@ from tests.support.runs import (
     popen_zoo,
     side_by_side,
     zoo,
+    zoo_here,
 )
 
 # A smaller llama-tiny so each run takes seconds.
@@ -139,9 +140,9 @@ def test_validation_tensorboard_and_a_profile_window(tmp_path):
 
 
 def test_models_lists_every_size_with_parameter_count():
-    result = zoo("models")
-    assert result.returncode == 0
-    lines = dict(line.split(None, 1) for line in result.stdout.strip().splitlines())
+    result = zoo_here("models")
+    assert result.exit_code == 0
+    lines = dict(line.split(None, 1) for line in result.output.strip().splitlines())
     from zoo.registry import model_names
 
     assert set(lines) == set(model_names())
@@ -151,9 +152,10 @@ def test_models_lists_every_size_with_parameter_count():
 
 
 def test_generate_from_a_run(reference_run):
-    result = zoo("generate", str(reference_run[0]), "--prompt", "The", "--max-new-tokens", "5")
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.startswith("The")
+    result = zoo_here("generate", str(reference_run[0]), "--prompt", "The",
+                      "--max-new-tokens", "5")
+    assert result.exit_code == 0, result.output[-2000:]
+    assert result.output.startswith("The")
 
 
 # two more runs each; by default grad_accum's config checks run (test_bad_inputs), and the

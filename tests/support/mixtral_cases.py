@@ -25,6 +25,11 @@ CONFIG = dataclasses.replace(SMALL, capacity_factor=1.0)  # drops some assignmen
 MESHES = {"fsdp": MeshConfig(), "fsdp_expert": MeshConfig(expert=2),
           "fsdp_context": MeshConfig(sequence=2)}
 REMATS = ["none", "checkpoint", "scan", "scan_checkpoint"]
+# by default (the rest are slow): unrolled and scanned, and each other sharding with a
+# remat barrier; checkpoint and scan_checkpoint under fsdp are llama's layers' (its tests)
+# around the same experts, which qwen3moe's presets scan under fsdp_expert too
+DEFAULT_PRESETS = [("fsdp", "none"), ("fsdp", "scan"), ("fsdp_expert", "checkpoint"),
+                   ("fsdp_context", "checkpoint")]
 
 
 def forward(model, b):

@@ -27,6 +27,17 @@ def zoo(*args, timeout=600):
                           text=True, timeout=timeout)
 
 
+def zoo_here(*args: str):
+    """A `zoo` command run in this process (click's runner: no interpreter to start, for a
+    command that needs no devices of its own, as export and generate); its result has
+    `exit_code` and `output`."""
+    from click.testing import CliRunner
+
+    from tools.cli import cli
+
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
 def popen_zoo(*args, **kwargs) -> subprocess.Popen:
     return subprocess.Popen(zoo_command(*args), env=env(), cwd=ROOT, **kwargs)
 

@@ -14,6 +14,8 @@ CONFIG = T5Config(vocab_size=96, d_model=32, d_kv=8, d_ff=64, num_layers=2,
 PARITY_CONFIGS = {"t5": CONFIG}
 MESHES = {"fsdp": MeshConfig(), "fsdp_tensor": MeshConfig(tensor=2)}
 REMATS = ["none", "checkpoint", "scan", "scan_checkpoint"]
+# by default (the rest are slow): unrolled, scanned, and fsdp_tensor with a remat barrier
+DEFAULT_PRESETS = [("fsdp", "none"), ("fsdp", "scan"), ("fsdp_tensor", "checkpoint")]
 
 
 def batch():

@@ -13,6 +13,8 @@ CONFIG = ViTConfig(image_size=16, patch_size=4, hidden_size=32, num_hidden_layer
 PARITY_CONFIGS = {"vit": CONFIG}
 MESHES = {"fsdp": MeshConfig(), "fsdp_tensor": MeshConfig(tensor=2)}
 REMATS = ["none", "checkpoint", "scan", "scan_checkpoint"]
+# by default (the rest are slow): unrolled, scanned, and fsdp_tensor with a remat barrier
+DEFAULT_PRESETS = [("fsdp", "none"), ("fsdp", "scan"), ("fsdp_tensor", "checkpoint")]
 
 
 def batch():

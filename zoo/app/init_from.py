@@ -41,17 +41,20 @@ class StartingPoint:
                 config, data=dataclasses.replace(data, tokenizer=self.tokenizer))
         return config
 
-    def load(self, model) -> None:
-        """The weights into `model` (built from `apply`'s config), by exact name."""
+    def load(self, model, announce: bool = True) -> None:
+        """The weights into `model` (built from `apply`'s config), by exact name; said on
+        stdout unless `announce` is off (a LoRA run's base, reloaded under another command's
+        output: `zoo generate`'s text)."""
         if not self.zoo_run:
             self.family.load_hf(model, self.source)
-            print(f"init: weights of {self.source} ({self.family.hf_class})")
-            return
-        from core.hf import load_state
+            loaded = f"{self.source} ({self.family.hf_class})"
+        else:
+            from core.hf import load_state
 
-        checkpoint, weights = model_weights(self.source)
-        load_state(model, weights, checkpoint)
-        print(f"init: weights of {checkpoint}")
+            loaded, weights = model_weights(self.source)
+            load_state(model, weights, loaded)
+        if announce:
+            print(f"init: weights of {loaded}")
 
 
 def starting_point(source: str, model_name: str | None) -> StartingPoint:
@@ -133,7 +136,7 @@ def adapted_model(run, checkpoint: str, adapters: dict):
     cfg = run.config
     model = run.family.build(cfg.model, seed=cfg.seed)
     if cfg.init_from:
-        starting_point(cfg.init_from, cfg.model_name).load(model)
+        starting_point(cfg.init_from, cfg.model_name).load(model, announce=False)
     lora.add_adapters(model, cfg.lora, seed=cfg.seed)
     if not lora.same_fingerprint(saved_extra(checkpoint).get(BASE_FINGERPRINT, {}),
                                  lora.fingerprint(model)):
