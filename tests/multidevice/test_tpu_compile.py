@@ -49,9 +49,9 @@ EAGER_TENSOR = ["llama-tiny", ["sharding=fsdp_tensor", "remat=none", "mesh.tenso
 # plain, since the flash kernel would compute all of attention on every sequence device)
 CONTEXT_PRESET = ["llama-tiny", ["sharding=fsdp_context", "remat=none", "mesh.sequence=2"]]
 
-# a mixture of experts: FSDP (every expert on every chip), and experts over the expert axis
-MIXTRAL = [["mixtral-tiny", ["sharding=fsdp", "remat=none"]],
-           ["mixtral-tiny", ["sharding=fsdp_expert", "remat=scan", "mesh.expert=2"]]]
+# a mixture of experts with its experts over the expert axis (under FSDP, where every chip
+# holds every expert: qwen3moe's compile on v6e-8, the same experts)
+MIXTRAL = [["mixtral-tiny", ["sharding=fsdp_expert", "remat=scan", "mesh.expert=2"]]]
 
 # context parallelism at a long sequence (plain attention: each chip holds its scores)
 CONTEXT = [["llama-tiny", [f"sharding={sharding}", "remat=none", "seq_len=4096",
@@ -152,17 +152,15 @@ def test_every_llama_preset_compiles_and_fits_on_v5p_8(default_records):
 
 def test_mixtral_experts_travel_by_all_to_all_under_expert_parallelism(default_records):
     """Tokens go to the chips that hold their experts and come back (all-to-all); under
-    FSDP every chip holds every expert, so no token moves. Both fit, FLOPs as counted."""
-    records = {r["case"][1][0] + " " + r["case"][1][1]: r for r in default_records["v5p-8"]
-               if r["case"] in MIXTRAL}
-    assert len(records) == len(MIXTRAL)
-    for name, record in records.items():
-        assert record["fits"], name
+    FSDP every chip holds every expert, so no token moves (qwen3moe's FSDP compile, the
+    same experts). Both fit, FLOPs as counted."""
+    (expert,) = [r for r in default_records["v5p-8"] if r["case"] in MIXTRAL]
+    (fsdp,) = [r for r in default_records["v6e-8"] if r["case"][0] == "qwen3moe-tiny"]
+    for record, moves_tokens in ((expert, True), (fsdp, False)):
+        assert record["fits"], record["case"]
         check_flops(record)
-        moves_tokens = "all-to-all" in record["collectives"]
-        expected = name.startswith("sharding=fsdp_expert")
-        assert moves_tokens == expected, (name, record["collectives"])
-    assert records["sharding=fsdp_expert remat=scan"]["flops_per_chip"]["loop_trips"]
+        assert ("all-to-all" in record["collectives"]) == moves_tokens, record["collectives"]
+    assert expert["flops_per_chip"]["loop_trips"]
 
 
 @pytest.mark.slow  # its memory at 4096 tokens: test_context_parallelism_splits_the_sequence...
