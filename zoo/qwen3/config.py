@@ -33,23 +33,24 @@ class Qwen3Config(LlamaConfig):
 
     @classmethod
     def from_hf(cls, hf) -> Qwen3Config:
-        """From a `transformers.Qwen3Config`; the sliding window (which no released Qwen3
-        turns on) and scaled rope types (YaRN, for contexts past 32k) are refused."""
-        if getattr(hf, "use_sliding_window", False):
-            raise ValueError("use_sliding_window=true is not supported (no released Qwen3 "
-                             "uses it)")
-        rope = dict(getattr(hf, "rope_parameters", None) or {})
-        if rope.get("rope_type", "default") != "default":
-            raise ValueError(f"unsupported rope type {rope['rope_type']!r}: default only "
-                             "(remove rope_scaling from config.json for contexts up to 32k)")
-        eos = hf.eos_token_id[0] if isinstance(hf.eos_token_id, list) else hf.eos_token_id
-        return cls(
-            **same_named(hf, HF_SAME_NAMES),
-            head_dim=hf.head_dim,
-            rope_theta=float(rope.get("rope_theta", getattr(hf, "rope_theta", 1e6))),
-            tie_word_embeddings=bool(hf.tie_word_embeddings),
-            eos_token_id=eos,
-        )
+        """From a `transformers.Qwen3Config` (`qwen3_fields_from_hf`)."""
+        return cls(**same_named(hf, HF_SAME_NAMES), **qwen3_fields_from_hf(hf))
+
+
+def qwen3_fields_from_hf(hf) -> dict:
+    """What Qwen3's transformers configs (dense and MoE) hold under other names or forms;
+    the sliding window (which no released Qwen3 turns on) and scaled rope types (YaRN, for
+    contexts past 32k) are refused."""
+    if getattr(hf, "use_sliding_window", False):
+        raise ValueError("use_sliding_window=true is not supported (no released Qwen3 uses it)")
+    rope = dict(getattr(hf, "rope_parameters", None) or {})
+    if rope.get("rope_type", "default") != "default":
+        raise ValueError(f"unsupported rope type {rope['rope_type']!r}: default only "
+                         "(remove rope_scaling from config.json for contexts up to 32k)")
+    eos = hf.eos_token_id[0] if isinstance(hf.eos_token_id, list) else hf.eos_token_id
+    return {"head_dim": hf.head_dim,
+            "rope_theta": float(rope.get("rope_theta", getattr(hf, "rope_theta", 1e6))),
+            "tie_word_embeddings": bool(hf.tie_word_embeddings), "eos_token_id": eos}
 
 
 HF_SAME_NAMES = (*LLAMA_SAME_NAMES, "num_key_value_heads")

@@ -9,6 +9,7 @@ import dataclasses
 from core.config import same_named
 from zoo.llama.config import HF_SAME_NAMES as LLAMA_SAME_NAMES
 from zoo.mixtral.config import MixtralConfig
+from zoo.qwen3.config import qwen3_fields_from_hf
 
 # transformers' name -> ours, where they differ
 HF_RENAMED = {"num_experts": "num_local_experts", "moe_intermediate_size": "intermediate_size"}
@@ -41,27 +42,15 @@ class Qwen3MoeConfig(MixtralConfig):
     @classmethod
     def from_hf(cls, hf) -> Qwen3MoeConfig:
         """From a `transformers.Qwen3MoeConfig`. Dense layers among the sparse ones
-        (mlp_only_layers, decoder_sparse_step > 1), which no released Qwen3-MoE has, the
-        sliding window and scaled rope types are refused."""
+        (mlp_only_layers, decoder_sparse_step > 1), which no released Qwen3-MoE has, are
+        refused, as qwen3's config refuses what it does (`qwen3_fields_from_hf`)."""
         if getattr(hf, "mlp_only_layers", None) or getattr(hf, "decoder_sparse_step", 1) != 1:
             raise ValueError("dense layers among the experts (mlp_only_layers, "
                              "decoder_sparse_step > 1) are not supported: every released "
                              "Qwen3-MoE routes every layer")
-        if getattr(hf, "use_sliding_window", False):
-            raise ValueError("use_sliding_window=true is not supported (no released Qwen3 "
-                             "uses it)")
-        rope = dict(getattr(hf, "rope_parameters", None) or {})
-        if rope.get("rope_type", "default") != "default":
-            raise ValueError(f"unsupported rope type {rope['rope_type']!r}: default only")
-        eos = hf.eos_token_id[0] if isinstance(hf.eos_token_id, list) else hf.eos_token_id
-        return cls(
-            **same_named(hf, HF_SAME_NAMES),
-            **{ours: getattr(hf, theirs) for theirs, ours in HF_RENAMED.items()},
-            head_dim=hf.head_dim,
-            rope_theta=float(rope.get("rope_theta", getattr(hf, "rope_theta", 1e6))),
-            tie_word_embeddings=bool(hf.tie_word_embeddings),
-            eos_token_id=eos,
-        )
+        return cls(**same_named(hf, HF_SAME_NAMES),
+                   **{ours: getattr(hf, theirs) for theirs, ours in HF_RENAMED.items()},
+                   **qwen3_fields_from_hf(hf))
 
 
 HF_SAME_NAMES = (*(n for n in LLAMA_SAME_NAMES if n != "intermediate_size"),
