@@ -28,8 +28,8 @@ CUSTOM_POLICY = ["decoder_layer_input=offload"]  # MaxText's other named tensors
 SHARDING_AXES = {"fsdp": ("data", "fsdp"), "fsdp_tensor": ("data", "fsdp", "tensor"),
                  "fsdp_expert": ("data", "fsdp", "expert")}
 DECODER_BLOCKS = {"llama": "llama2", "mixtral": "mixtral", "qwen3": "qwen3",
-                  "qwen3moe": "qwen3_moe"}
-QK_NORM = ("qwen3", "qwen3moe")  # queries and keys RMS-normed per head (use_qk_norm)
+                  "qwen3moe": "qwen3_moe", "gemma3": "gemma3"}
+QK_NORM = ("qwen3", "qwen3moe", "gemma3")  # queries and keys RMS-normed per head (use_qk_norm)
 OPTIMIZERS = ("adamw", "sgd")
 PRETRAINING = ("causal-lm", "moe-causal-lm")  # the families' own tasks: MaxText's pre_train
 
@@ -75,7 +75,29 @@ def model_keys(family_name: str, model) -> list[str]:
                  "sparse_matmul=false", f"capacity_factor={capacity}"]
     if family_name == "qwen3moe":
         keys.append(f"norm_topk_prob={str(model.norm_topk_prob).lower()}")
+    if family_name == "gemma3":
+        keys += gemma3_keys(model)
     return keys
+
+
+def gemma3_keys(model) -> list[str]:
+    """MaxText's gemma3 block fixes one global layer in six and picks the query scale by
+    model name: head_dim's (gemma3-4b, -12b) or hidden / heads (gemma3-27b), so a model name
+    with that scale is given, its shapes overridden by the keys above."""
+    if model.sliding_window_pattern != 6:
+        raise UserError(f"model.sliding_window_pattern={model.sliding_window_pattern} has no "
+                        "MaxText counterpart (its gemma3 has one global layer in 6)")
+    scales = {model.dim_per_head: "gemma3-12b",
+              model.hidden_size // model.num_attention_heads: "gemma3-27b"}
+    if model.query_pre_attn_scalar not in scales:
+        raise UserError(f"model.query_pre_attn_scalar={model.query_pre_attn_scalar} has no "
+                        "MaxText counterpart (head_dim, or hidden_size / num_attention_heads)")
+    return [f"model_name={scales[model.query_pre_attn_scalar]}", "override_model_config=true",
+            f"sliding_window_size={model.sliding_window}",
+            f"local_rope_max_timescale={int(model.rope_local_theta)}",
+            f"rope_linear_scaling_factor={model.rope_linear_factor}",
+            "use_post_attn_norm=true", "use_post_ffw_norm=true",
+            "mlp_activations=[gelu,linear]"]
 
 
 def batch_keys(cfg, devices: int) -> list[str]:

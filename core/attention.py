@@ -22,30 +22,37 @@ def use_fused_kernels() -> None:
     _fused_kernels = True
 
 
-def causal_attention(q, k, v, segment_ids=None):
+def causal_attention(q, k, v, segment_ids=None, window=None):
     """[batch, heads, seq, head_dim] queries, keys and values -> the attended values.
 
     `segment_ids` [batch, seq] keeps packed documents apart: a position attends only to
     earlier positions of its own segment (padding is a segment of its own, so no row of the
-    mask is empty)."""
+    mask is empty). `window` (an int tensor, data so that a scan's layers may differ: 0
+    for none) keeps each query to its last `window` keys, itself included (sliding-window
+    attention, Gemma's local layers); the masked keys are still computed."""
     if _fused_kernels:
-        if segment_ids is None:
+        if segment_ids is None and window is None:
             return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed(segment_ids, q))
-    return plain_causal_attention(q, k, v, segment_ids)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed(segment_ids, q, window))
+    return plain_causal_attention(q, k, v, segment_ids, window)
 
 
-def allowed(segment_ids, q) -> torch.Tensor:
-    """[batch or 1, 1, seq, seq] bool: where a query may attend to a key (causal, and
-    within its segment when `segment_ids` is given)."""
+def allowed(segment_ids, q, window=None) -> torch.Tensor:
+    """[batch or 1, 1, seq, seq] bool: where a query may attend to a key (causal, within
+    its segment when `segment_ids` is given, within its window when `window` > 0)."""
     seq = q.shape[-2]
-    mask = torch.ones(seq, seq, dtype=torch.bool, device=q.device).tril()[None, None]
+    mask = torch.ones(seq, seq, dtype=torch.bool, device=q.device).tril()
+    if window is not None:
+        positions = torch.arange(seq, device=q.device)
+        distance = positions[:, None] - positions[None, :]
+        mask = mask & ((distance < window) | (window <= 0))
+    mask = mask[None, None]
     if segment_ids is None:
         return mask
     return mask & (segment_ids[:, None, :, None] == segment_ids[:, None, None, :])
 
 
-def plain_causal_attention(q, k, v, segment_ids=None):
+def plain_causal_attention(q, k, v, segment_ids=None, window=None):
     """Softmax attention with a causal (and segment) mask; scores in fp32 for stability.
 
     The mask is applied with `where` and a finite floor: `masked_fill` gave wrong gradients
@@ -53,5 +60,5 @@ def plain_causal_attention(q, k, v, segment_ids=None):
     """
     # einsum, not @: `@` merges batch and heads, and libtpu then gathers tensor-split heads
     scores = torch.einsum("bhqd,bhkd->bhqk", q, k).float() / math.sqrt(q.shape[-1])
-    scores = torch.where(allowed(segment_ids, q), scores, torch.full_like(scores, -1e30))
+    scores = torch.where(allowed(segment_ids, q, window), scores, torch.full_like(scores, -1e30))
     return torch.einsum("bhqk,bhkd->bhqd", scores.softmax(-1).to(v.dtype), v)

@@ -53,7 +53,9 @@ class RematConfig:
 class LayerStack(nn.ModuleList):
     """Identical layers applied in sequence: `h = layer(h, *extras)` for each layer.
 
-    `extras` (e.g. rotary tables, masks) are the same for every layer. A layer may also
+    `extras` (e.g. rotary tables, masks) are the same for every layer; what differs between
+    layers besides weights is a layer's buffers (Gemma 3's attention window), which the scan
+    slices like the weights. A layer may also
     return per-layer outputs, `(h, *outputs)` (e.g. a router's statistics): the stack then
     returns `(h, *outputs stacked over layers)`, scanned or not. A ModuleList subclass,
     so parameter names stay `<stack>.<i>.<...>` (Hugging Face compatible) until the stack is
@@ -85,6 +87,10 @@ class LayerStack(nn.ModuleList):
             module = template.get_submodule(owner)
             module._parameters[leaf] = nn.Parameter(torch.stack(per_layer),
                                                     requires_grad=param.requires_grad)
+        for name, _ in list(template.named_buffers()):
+            owner, _, leaf = name.rpartition(".")
+            template.get_submodule(owner)._buffers[leaf] = torch.stack(
+                [layer.get_buffer(name) for layer in layers])
         self._modules.clear()
         self._modules[STACKED] = template
         self.depth = len(layers)
@@ -94,11 +100,14 @@ class LayerStack(nn.ModuleList):
         return self._modules[STACKED] if self.depth is not None else self[0]
 
     def _stacked(self) -> dict[str, torch.Tensor]:
+        """Each weight and buffer of the layers, [layers, ...]."""
         if self.depth is not None:
-            return dict(self._template().named_parameters())
+            template = self._template()
+            return {**dict(template.named_parameters()), **dict(template.named_buffers())}
         # named_parameters, not get_parameter: within core/precision.py's `compute_in`
         # the entries are the compute-dtype copies, which are not Parameters
-        layers = [dict(layer.named_parameters()) for layer in self]
+        layers = [{**dict(layer.named_parameters()), **dict(layer.named_buffers())}
+                  for layer in self]
         return {name: torch.stack([weights[name] for weights in layers]) for name in layers[0]}
 
     def _unrolled(self, hidden, extras):

@@ -150,7 +150,7 @@ def test_sigkill_of_every_process_then_rerun_resumes_exactly(tmp_path_factory):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("model, extra", [
-    ("t5-tiny", []), ("vit-tiny", []), ("qwen3-tiny", []),
+    ("t5-tiny", []), ("vit-tiny", []), ("qwen3-tiny", []), ("gemma3-tiny", []),
     # the load-balancing loss is a product of means over tokens: each process balances its
     # own rows (as data-parallel MoE trainers do), so it is left out here to compare
     ("mixtral-tiny", ["model.router_aux_loss_coef=0"]),

@@ -22,12 +22,16 @@ HF_CONFIGS = {
     "qwen3moe": lambda: transformers.Qwen3MoeConfig(
         **TINY, head_dim=32, moe_intermediate_size=64, num_experts=4, num_experts_per_tok=2,
         norm_topk_prob=True),
+    "gemma3": lambda: transformers.Gemma3TextConfig(
+        **TINY, head_dim=32, sliding_window=8, query_pre_attn_scalar=24,
+        layer_types=["sliding_attention", "full_attention"]),
 }
 TUNING = {
     "qwen3": ["--tpu", "cpu-1"],
     "qwen3moe": ["--tpu", "cpu-4", "sharding=fsdp_expert", "mesh.expert=2", "remat=scan",
                  "lora.rank=4", "lora.targets=[q_proj,gate_up_proj,down_proj]",
                  "optim.lr=1e-2"],
+    "gemma3": ["--tpu", "cpu-1", "remat=scan"],
 }
 
 

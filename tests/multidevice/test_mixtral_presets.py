@@ -7,11 +7,10 @@ import dataclasses
 
 import pytest
 import torch
-import transformers
 from safetensors.torch import save_file
 
 from tests.support import mixtral_cases
-from tests.support.family_presets import FamilyPresetTests
+from tests.support.family_presets import CausalLMPresetTests
 from tests.support.mixtral_cases import CONFIG, PARITY_CONFIGS, batch
 from zoo.mixtral.family import FAMILY
 from zoo.mixtral.hf import load_hf
@@ -19,28 +18,10 @@ from zoo.mixtral.hf import load_hf
 EAGER_TOL = {"rtol": 1e-5, "atol": 1e-6}
 
 
-def hf_model(config):
-    """transformers' Mixtral holding our weights for `config`, returning the aux loss."""
-    ours = FAMILY.build(config, seed=0)
-    hf_config = config.to_hf()
-    hf_config.output_router_logits = True
-    hf = transformers.MixtralForCausalLM(hf_config).eval()
-    hf.load_state_dict(ours.state_dict(), strict=not config.tie_word_embeddings)
-    return hf
-
-
-class TestPresets(FamilyPresetTests):
+class TestPresets(CausalLMPresetTests):
     cases = mixtral_cases
     eager_tol = EAGER_TOL
-
-    @staticmethod
-    def hf_reference(config) -> dict:
-        hf = hf_model(config)
-        b = batch()
-        out = hf(input_ids=b["input_ids"], labels=b["labels"])
-        out.loss.backward()
-        grads = {n: p.grad for n, p in hf.named_parameters()}
-        return {"loss": out.loss.detach(), "logits": out.logits.detach(), "grads": grads}
+    hf_settings = {"output_router_logits": True}  # the loss adds the balancing term
 
     def test_fsdp_expert_layout_on_8_devices(self, xla_runs):
         specs = xla_runs[8]["presets"][("fsdp_expert", "checkpoint")]["specs"]
@@ -73,7 +54,7 @@ def test_aux_loss_equals_transformers_load_balancing_loss():
     ids = batch()["input_ids"]
     with torch.no_grad():
         _, router = FAMILY.build(config, seed=0).forward_with_router(ids)
-        out = hf_model(config)(input_ids=ids)
+        out = TestPresets.hf_model(config)(input_ids=ids)
     expected = load_balancing_loss_func(out.router_logits, config.num_local_experts,
                                         config.num_experts_per_tok)
     torch.testing.assert_close(router.aux_loss, expected, **EAGER_TOL)
@@ -84,7 +65,7 @@ def test_hf_checkpoint_directory_loads(tmp_path, layout):
     """transformers' own save (stacked experts) and the Hub's per-expert layout
     (block_sparse_moe.experts.<e>.w1/w2/w3) both load."""
     config = PARITY_CONFIGS["capacity"]
-    hf = hf_model(config)
+    hf = TestPresets.hf_model(config)
     hf.save_pretrained(tmp_path)
     if layout == "per_expert":
         (tmp_path / "model.safetensors").unlink()

@@ -3,45 +3,26 @@ term, logits, every gradient; eager CPU and XLA:CPU, scan on/off), the presets o
 vs 1, and loading both checkpoint layouts (stacked, and the Hub's expert by expert)."""
 
 import torch
-import transformers
 from safetensors.torch import save_file
 
 from tests.support import qwen3moe_cases
-from tests.support.family_presets import FamilyPresetTests
+from tests.support.family_presets import CausalLMPresetTests
 from tests.support.qwen3moe_cases import CONFIG, batch
 from zoo.qwen3moe.family import FAMILY
 
 EAGER_TOL = {"rtol": 1e-5, "atol": 1e-6}
 
 
-def hf_model(config):
-    """transformers' Qwen3-MoE holding our weights for `config`, adding the aux loss."""
-    ours = FAMILY.build(config, seed=0)
-    hf_config = config.to_hf()
-    hf_config.output_router_logits = True
-    hf = transformers.Qwen3MoeForCausalLM(hf_config).eval()
-    hf.load_state_dict(ours.state_dict(), strict=not config.tie_word_embeddings)
-    return hf
-
-
-class TestPresets(FamilyPresetTests):
+class TestPresets(CausalLMPresetTests):
     cases = qwen3moe_cases
     eager_tol = EAGER_TOL
-
-    @staticmethod
-    def hf_reference(config) -> dict:
-        hf = hf_model(config)
-        b = batch()
-        out = hf(input_ids=b["input_ids"], labels=b["labels"])
-        out.loss.backward()
-        grads = {n: p.grad for n, p in hf.named_parameters()}
-        return {"loss": out.loss.detach(), "logits": out.logits.detach(), "grads": grads}
+    hf_settings = {"output_router_logits": True}  # the loss adds the balancing term
 
 
 def test_both_checkpoint_layouts_load(tmp_path):
     """transformers' own folder (stacked experts) and the Hub's layout, each expert's
     gate_proj, up_proj and down_proj apart."""
-    hf = hf_model(CONFIG)
+    hf = TestPresets.hf_model(CONFIG)
     hf.save_pretrained(tmp_path / "stacked")
     hub = {}
     for name, value in hf.state_dict().items():

@@ -29,7 +29,7 @@ from core.topology import parse
 from tests.support.paths import ROOT
 
 WORKER = "tests.support.compile_worker"
-FAMILIES = ("llama", "t5", "vit", "qwen3", "qwen3moe")
+FAMILIES = ("llama", "t5", "vit", "qwen3", "qwen3moe", "gemma3")
 # families checked on each slice by default; every family is in the slow matrix (llama's
 # fsdp preset compiles on v5p-8 and v4-32, so v6e-8 takes the others)
 ON_SLICE = {"v5p-8": ("llama",), "v4-32": ("llama",),

@@ -4,12 +4,14 @@ PARITY_CONFIGS on eager CPU and on 1 XLA CPU device (scan off and on), and every
 remat preset of the cases' CONFIG on 8 devices against 1. A family subclasses
 `FamilyPresetTests`, names its cases module (see preset_worker.py) and tolerances, and
 implements `hf_reference(config)`: transformers' loss, logits and gradients for the weights
-`FAMILY.build(config, seed=0)` and the cases' batch."""
+`FAMILY.build(config, seed=0)` and the cases' batch (a causal LM subclasses
+`CausalLMPresetTests`, which has it)."""
 
 import json
 
 import pytest
 import torch
+import transformers
 
 from core.remat import apply_remat
 from tests.support.preset_worker import BASELINE, PARITY_REMATS, remat_preset
@@ -100,6 +102,48 @@ class FamilyPresetTests:
             assert result["actual_shards"][name] == {planned}, name
         assert result["hlo_has_scan"] == remat.startswith("scan")
         assert result["hlo_has_remat"] == (remat in self.barrier_remats)
+
+
+class CausalLMPresetTests(FamilyPresetTests):
+    """A causal LM family's reference: transformers' class the family exports as
+    (`hf_class`) holding our weights, its config changed by `hf_settings` (a mixture of
+    experts returns its router logits, for the balancing term in the loss)."""
+
+    hf_settings: dict = {}
+
+    @classmethod
+    def hf_model(cls, config):
+        family = cls.cases.FAMILY
+        ours = family.build(config, seed=0)
+        hf_config = family.hf_config(config)
+        for name, value in cls.hf_settings.items():
+            setattr(hf_config, name, value)
+        hf = getattr(transformers, family.hf_class)(hf_config).eval()
+        hf.load_state_dict(ours.state_dict(), strict=not config.tie_word_embeddings)
+        return hf
+
+    def test_hf_checkpoint_directory_loads(self, tmp_path):
+        """transformers' `save_pretrained` folder reads as the cases' config (what
+        transformers' config holds of it) and loads with transformers' logits."""
+        family, expected = self.cases.FAMILY, self.cases.CONFIG
+        hf = self.hf_model(expected)
+        hf.save_pretrained(tmp_path)
+        config = family.config_from_hf(str(tmp_path))
+        assert family.hf_config(config).to_dict() == family.hf_config(expected).to_dict()
+        model = family.build(config, init=False).eval()
+        family.load_hf(model, str(tmp_path))
+        ids = self.cases.batch()["input_ids"]
+        with torch.no_grad():
+            torch.testing.assert_close(model(ids), hf(input_ids=ids).logits, **self.eager_tol)
+
+    @classmethod
+    def hf_reference(cls, config) -> dict:
+        hf = cls.hf_model(config)
+        b = cls.cases.batch()
+        out = hf(input_ids=b["input_ids"], labels=b["labels"])
+        out.loss.backward()
+        grads = {n: p.grad for n, p in hf.named_parameters()}
+        return {"loss": out.loss.detach(), "logits": out.logits.detach(), "grads": grads}
 
 
 def default_presets(cases) -> list[tuple[str, str]]:

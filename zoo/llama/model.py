@@ -205,9 +205,13 @@ class LlamaModel(nn.Module):
         self.register_buffer("inv_freq", rope_inverse_frequencies(config), persistent=False)
 
     def forward(self, input_ids, segment_ids=None, positions=None):
-        hidden = self.embed_tokens(input_ids)
+        hidden = self.embed(input_ids)
         return self.norm(self.layers(hidden, *self.layer_extras(input_ids, hidden.dtype,
                                                                 segment_ids, positions)))
+
+    def embed(self, input_ids):
+        """The tokens' embeddings (a family may scale them: gemma3)."""
+        return self.embed_tokens(input_ids)
 
     def layer_extras(self, input_ids, dtype, segment_ids, positions) -> tuple:
         """What every layer takes besides the hidden states: the rotary tables, and the
@@ -215,12 +219,16 @@ class LlamaModel(nn.Module):
         cos, sin = self.rotary_tables(input_ids, dtype, positions)
         return (cos, sin) if segment_ids is None else (cos, sin, segment_ids)
 
-    def rotary_tables(self, input_ids, dtype, positions=None) -> tuple[torch.Tensor, ...]:
+    def rotary_tables(self, input_ids, dtype, positions=None,
+                      inv_freq=None) -> tuple[torch.Tensor, ...]:
         """cos and sin of every position's rotary angles: [seq, head_dim] for positions
-        0, 1, ...; [batch, 1, seq, head_dim] (one per head) for given `positions`."""
+        0, 1, ...; [batch, 1, seq, head_dim] (one per head) for given `positions`. At the
+        model's frequencies, or `inv_freq` (a family whose layers differ: gemma3's local
+        layers)."""
         if positions is None:
             positions = torch.arange(input_ids.shape[1], device=input_ids.device)
-        freqs = positions.float()[..., None] * self.inv_freq
+        inv_freq = self.inv_freq if inv_freq is None else inv_freq
+        freqs = positions.float()[..., None] * inv_freq
         angles = torch.cat((freqs, freqs), dim=-1)
         if angles.dim() == 3:
             angles = angles[:, None]

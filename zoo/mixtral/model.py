@@ -53,7 +53,7 @@ class MixtralModel(LlamaModel):
 
     def forward(self, input_ids, segment_ids=None, positions=None):
         """(final hidden states, router statistics of every layer [layers, 2E + 1])."""
-        hidden = self.embed_tokens(input_ids)
+        hidden = self.embed(input_ids)
         hidden, stats = self.layers(hidden, *self.layer_extras(input_ids, hidden.dtype,
                                                                segment_ids, positions))
         return self.norm(hidden), stats

@@ -1,0 +1,29 @@
+"""Registry entry for the Gemma 3 (text) family: llama's FLOPs and memory (the extra norms
+add no matmul; local layers' masked keys are computed, so counted), plain attention on
+every backend (zoo/gemma3/model.py says why)."""
+
+from pathlib import Path
+
+from zoo.gemma3.config import SIZES, Gemma3Config
+from zoo.gemma3.hf import config_from_hf
+from zoo.gemma3.model import Gemma3ForCausalLM
+from zoo.llama.family import activation_bytes, for_slice, forward_flops
+from zoo.llama.hf import load_hf
+from zoo.registry import ModelFamily
+from zoo.tasks.causal_lm import CAUSAL_LM
+
+FAMILY = ModelFamily(
+    name="gemma3",
+    config_cls=Gemma3Config,
+    sizes=SIZES,
+    model_cls=Gemma3ForCausalLM,
+    task=CAUSAL_LM,
+    presets_dir=Path(__file__).parent,
+    forward_flops=forward_flops,
+    activation_bytes=activation_bytes,
+    hf_class="Gemma3ForCausalLM",
+    hf_config=Gemma3Config.to_hf,
+    config_from_hf=config_from_hf,
+    load_hf=load_hf,
+    for_slice=for_slice,
+)

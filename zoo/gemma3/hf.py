@@ -1,0 +1,13 @@
+"""Hugging Face Gemma 3 config.json -> Gemma3Config. The weights' names are transformers'
+own, so llama's loader reads them (zoo/llama/hf.py)."""
+
+from __future__ import annotations
+
+from core.hf import read_config
+from zoo.gemma3.config import Gemma3Config
+
+
+def config_from_hf(name_or_path: str) -> Gemma3Config:
+    from transformers import Gemma3TextConfig  # transformers
+
+    return Gemma3Config.from_hf(Gemma3TextConfig.from_dict(read_config(name_or_path)))
