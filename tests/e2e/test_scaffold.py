@@ -19,7 +19,7 @@ def conformance(ext: Path, name: str, selection: str):
     env = {**os.environ, "ZOO_FAMILIES": f"{name}={name}.family", "PYTHONPATH": str(ext),
            "TF_CPP_MIN_LOG_LEVEL": "2"}
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0",
          str(CONFORMANCE), "-k", selection],
         env=env, capture_output=True, text=True, timeout=900, cwd=ROOT,
     )
