@@ -28,7 +28,7 @@ CUSTOM_POLICY = ["decoder_layer_input=offload"]  # MaxText's other named tensors
 SHARDING_AXES = {"fsdp": ("data", "fsdp"), "fsdp_tensor": ("data", "fsdp", "tensor"),
                  "fsdp_expert": ("data", "fsdp", "expert")}
 DECODER_BLOCKS = {"llama": "llama2", "mixtral": "mixtral", "qwen3": "qwen3",
-                  "qwen3moe": "qwen3_moe", "gemma3": "gemma3"}
+                  "qwen3moe": "qwen3_moe", "gemma3": "gemma3", "deepseek3": "deepseek"}
 QK_NORM = ("qwen3", "qwen3moe", "gemma3")  # queries and keys RMS-normed per head (use_qk_norm)
 OPTIMIZERS = ("adamw", "sgd")
 PRETRAINING = ("causal-lm", "moe-causal-lm")  # the families' own tasks: MaxText's pre_train
@@ -52,7 +52,8 @@ def model_keys(family_name: str, model) -> list[str]:
     keys = [
         f"decoder_block={DECODER_BLOCKS[family_name]}",
         f"base_emb_dim={model.hidden_size}",
-        f"base_mlp_dim={model.intermediate_size}",
+        # a dense layer's MLP (deepseek3's first layers have their own width)
+        f"base_mlp_dim={getattr(model, 'dense_intermediate_size', model.intermediate_size)}",
         f"base_num_decoder_layers={model.num_hidden_layers}",
         f"base_num_query_heads={model.num_attention_heads}",
         f"base_num_kv_heads={model.num_key_value_heads}",
@@ -77,7 +78,29 @@ def model_keys(family_name: str, model) -> list[str]:
         keys.append(f"norm_topk_prob={str(model.norm_topk_prob).lower()}")
     if family_name == "gemma3":
         keys += gemma3_keys(model)
+    if family_name == "deepseek3":
+        keys += deepseek3_keys(model)
     return keys
+
+
+def deepseek3_keys(model) -> list[str]:
+    """Latent attention, the dense first layers, shared experts and grouped sigmoid routing
+    with its bias (held still: zoo does not move it yet, so MaxText's update rate is 0)."""
+    rope = ["rope_type=default"]
+    if model.rope_factor != 1.0:
+        rope = ["rope_type=yarn", f"rope_factor={model.rope_factor:g}",
+                f"original_max_position_embeddings={model.rope_original_max_position_embeddings}",
+                f"beta_fast={model.rope_beta_fast:g}", f"beta_slow={model.rope_beta_slow:g}",
+                f"mscale={model.rope_mscale:g}"]
+    return ["attention_type=mla", f"q_lora_rank={model.q_lora_rank}",
+            f"kv_lora_rank={model.kv_lora_rank}", f"qk_nope_head_dim={model.qk_nope_head_dim}",
+            f"qk_rope_head_dim={model.qk_rope_head_dim}", f"v_head_dim={model.v_head_dim}",
+            f"first_num_dense_layers={model.first_k_dense_replace}",
+            f"shared_experts={model.n_shared_experts}",
+            f"routed_scaling_factor={model.routed_scaling_factor:g}",
+            "routed_score_func=sigmoid", "routed_bias=true", "routed_bias_update_rate=0.0",
+            f"n_routing_groups={model.n_group}", f"topk_routing_group={model.topk_group}",
+            f"rope_interleave={str(model.rope_interleave).lower()}", *rope]
 
 
 def gemma3_keys(model) -> list[str]:

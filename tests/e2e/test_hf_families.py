@@ -25,6 +25,11 @@ HF_CONFIGS = {
     "gemma3": lambda: transformers.Gemma3TextConfig(
         **TINY, head_dim=32, sliding_window=8, query_pre_attn_scalar=24,
         layer_types=["sliding_attention", "full_attention"]),
+    "deepseek3": lambda: transformers.DeepseekV3Config(
+        **{**TINY, "num_key_value_heads": 4}, moe_intermediate_size=32, n_routed_experts=4,
+        num_experts_per_tok=2, n_group=2, topk_group=1, first_k_dense_replace=1,
+        q_lora_rank=16, kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=8,
+        v_head_dim=16),
 }
 TUNING = {
     "qwen3": ["--tpu", "cpu-1"],
@@ -32,6 +37,7 @@ TUNING = {
                  "lora.rank=4", "lora.targets=[q_proj,gate_up_proj,down_proj]",
                  "optim.lr=1e-2"],
     "gemma3": ["--tpu", "cpu-1", "remat=scan"],
+    "deepseek3": ["--tpu", "cpu-1"],
 }
 
 

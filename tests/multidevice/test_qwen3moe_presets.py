@@ -7,6 +7,7 @@ from safetensors.torch import save_file
 
 from tests.support import qwen3moe_cases
 from tests.support.family_presets import CausalLMPresetTests
+from tests.support.hub_layouts import experts_apart
 from tests.support.qwen3moe_cases import CONFIG, batch
 from zoo.qwen3moe.family import FAMILY
 
@@ -24,18 +25,7 @@ def test_both_checkpoint_layouts_load(tmp_path):
     gate_proj, up_proj and down_proj apart."""
     hf = TestPresets.hf_model(CONFIG)
     hf.save_pretrained(tmp_path / "stacked")
-    hub = {}
-    for name, value in hf.state_dict().items():
-        layer, _, which = name.partition(".mlp.experts.")
-        if which == "gate_up_proj":
-            for e, (gate, up) in enumerate(v.chunk(2) for v in value):
-                hub[f"{layer}.mlp.experts.{e}.gate_proj.weight"] = gate.contiguous()
-                hub[f"{layer}.mlp.experts.{e}.up_proj.weight"] = up.contiguous()
-        elif which == "down_proj":
-            for e, down in enumerate(value):
-                hub[f"{layer}.mlp.experts.{e}.down_proj.weight"] = down.contiguous()
-        else:
-            hub[name] = value.contiguous()
+    hub = experts_apart(hf.state_dict())
     (tmp_path / "hub").mkdir()
     save_file(hub, str(tmp_path / "hub" / "model.safetensors"))
     config_json = (tmp_path / "stacked" / "config.json").read_text()

@@ -5,7 +5,7 @@ presets on a capacity config that drops tokens, as mixtral's (tests/support/mixt
 
 import dataclasses
 
-from tests.support.mixtral_cases import MESHES, REMATS, batch, forward  # noqa: F401 (the worker reads them)  # noqa: F401 (the worker reads them)
+from tests.support.mixtral_cases import MESHES, REMATS, batch, forward  # noqa: F401 (the worker reads them)
 from tests.support.mixtral_cases import SMALL as MIXTRAL_SMALL
 from zoo.qwen3moe.config import Qwen3MoeConfig
 from zoo.qwen3moe.family import FAMILY  # noqa: F401 (the worker reads it)

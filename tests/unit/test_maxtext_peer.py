@@ -48,7 +48,7 @@ def test_entry_becomes_maxtext_keys_for_the_same_shapes_and_devices():
 def test_entries_maxtext_cannot_run_are_named_with_the_reason():
     assert maxtext.unsupported(Entry(name="t", model="t5-tiny")) == (
         "MaxText has no counterpart of the t5 family here (families that map: llama, "
-        "mixtral, qwen3, qwen3moe, gemma3)")
+        "mixtral, qwen3, qwen3moe, gemma3, deepseek3)")
     assert "sharding=fsdp_context has no MaxText counterpart" in maxtext.unsupported(
         Entry(name="l", model="llama-tiny", tpu="cpu-2", sharding="fsdp_context",
               overrides=["mesh.sequence=2"]))

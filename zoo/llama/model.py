@@ -138,11 +138,14 @@ class SplitHeads(nn.Module):
 
 
 class LlamaMLP(nn.Module):
-    def __init__(self, config: LlamaConfig):
+    def __init__(self, config: LlamaConfig, intermediate_size: int | None = None):
+        """SwiGLU of `intermediate_size` (default the config's; deepseek3's dense layers and
+        shared experts have their own)."""
         super().__init__()
-        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+        inner = intermediate_size or config.intermediate_size
+        self.gate_proj = nn.Linear(config.hidden_size, inner, bias=False)
+        self.up_proj = nn.Linear(config.hidden_size, inner, bias=False)
+        self.down_proj = nn.Linear(inner, config.hidden_size, bias=False)
 
     def forward(self, x):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))

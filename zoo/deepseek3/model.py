@@ -1,0 +1,81 @@
+"""DeepSeek-V3: multi-head latent attention (attention.py) in every layer; the first
+`first_k_dense_replace` layers' MLP a dense SwiGLU, the others DeepSeekMoE (moe.py). Mixtral's
+model around them (zoo/mixtral/model.py: router statistics, the load-balancing loss term,
+dispatch); parameter names equal transformers' `DeepseekV3ForCausalLM`.
+
+The dense layers differ from the routed ones, so the stack is not one scan: remat presets
+recompute layers (`checkpoint`) but do not scan them yet (docs/models.md)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from core.remat import LayerStack
+from zoo.deepseek3.attention import MultiHeadLatentAttention
+from zoo.deepseek3.config import DeepseekV3Config
+from zoo.deepseek3.moe import DeepseekMoE
+from zoo.llama.model import LlamaMLP, LlamaRMSNorm, TokenEmbedding
+from zoo.mixtral.model import MixtralForCausalLM, MixtralModel
+
+
+class DeepseekV3DecoderLayer(nn.Module):
+    """forward(x, cos, sin[, segment_ids]) -> (x, router statistics [2E + 1]): a dense
+    layer's are zeros, so every layer returns the same and the model keeps the routed
+    layers' rows."""
+
+    def __init__(self, config: DeepseekV3Config, routed: bool):
+        super().__init__()
+        self.self_attn = MultiHeadLatentAttention(config)
+        self.mlp = DeepseekMoE(config) if routed else LlamaMLP(
+            config, config.dense_intermediate_size)
+        self.input_layernorm = LlamaRMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.post_attention_layernorm = LlamaRMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.stats_width = 2 * config.num_local_experts + 1
+
+    def forward(self, x, cos, sin, segment_ids=None):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, segment_ids)
+        out = self.mlp(self.post_attention_layernorm(x))
+        if isinstance(out, tuple):
+            return x + out[0], out[1]
+        return x + out, x.new_zeros(self.stats_width, dtype=torch.float32)
+
+
+class DeepseekV3Model(MixtralModel):
+    def __init__(self, config: DeepseekV3Config):
+        nn.Module.__init__(self)  # its own layers and rotary frequencies, mixtral's forward
+        self.first_routed = config.first_k_dense_replace
+        self.embed_tokens = TokenEmbedding(config.vocab_size, config.hidden_size)
+        self.layers = LayerStack([DeepseekV3DecoderLayer(config, i >= self.first_routed)
+                                  for i in range(config.num_hidden_layers)])
+        self.norm = LlamaRMSNorm(config.hidden_size, config.rms_norm_eps)
+        inv_freq, self.rope_attention_factor = rope_frequencies(config)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def forward(self, input_ids, segment_ids=None, positions=None):
+        hidden, stats = super().forward(input_ids, segment_ids, positions)
+        return hidden, stats[self.first_routed:]
+
+    def rotary_tables(self, input_ids, dtype, positions=None, inv_freq=None):
+        cos, sin = super().rotary_tables(input_ids, dtype, positions, inv_freq)
+        if self.rope_attention_factor == 1.0:
+            return cos, sin
+        return cos * self.rope_attention_factor, sin * self.rope_attention_factor
+
+
+def rope_frequencies(config: DeepseekV3Config) -> tuple[torch.Tensor, float]:
+    """The rotary part's inverse frequencies and YaRN's factor on cos and sin, as
+    transformers computes them (its rope functions, so a YaRN checkpoint's positions are
+    exactly the reference's)."""
+    dim = config.qk_rope_head_dim
+    if config.rope_factor == 1.0:
+        inv_freq = 1.0 / config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float) / dim)
+        return inv_freq, 1.0
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS  # transformers
+
+    return ROPE_INIT_FUNCTIONS["yarn"](config.to_hf())
+
+
+class DeepseekV3ForCausalLM(MixtralForCausalLM):
+    model_cls = DeepseekV3Model
+

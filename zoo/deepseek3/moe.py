@@ -1,0 +1,56 @@
+"""DeepSeekMoE: fine-grained routed experts (mixtral's stacked experts and dispatch) plus
+shared experts every token runs through, routed by sigmoid scores: each token's experts
+are chosen among its best `topk_group` of `n_group` expert groups by score plus a per-expert
+bias (`e_score_correction_bias`, what auxiliary-loss-free balancing moves), and weighted by
+their scores alone, renormalised and times `routed_scaling_factor`. Names are transformers'
+`DeepseekV3MoE`'s."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from zoo.llama.model import LlamaMLP
+from zoo.mixtral.moe import MixtralSparseMoeBlock
+
+
+class SigmoidGroupRouter(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.top_k, self.renormalise = config.num_experts_per_tok, config.norm_topk_prob
+        self.groups, self.top_groups = config.n_group, config.topk_group
+        self.scaling = config.routed_scaling_factor
+        experts = config.num_local_experts
+        self.weight = nn.Parameter(torch.empty(experts, config.hidden_size))
+        self.register_buffer("e_score_correction_bias", torch.zeros(experts))
+
+    def forward(self, x):
+        """(fp32 scores [..., E], top-k expert ids, their weights), as MixtralRouter's."""
+        scores = F.linear(x.float(), self.weight.float()).sigmoid()
+        biased = scores + self.e_score_correction_bias
+        by_group = biased.unflatten(-1, (self.groups, -1))
+        group_scores = by_group.topk(min(2, by_group.shape[-1]), dim=-1)[0].sum(-1)
+        best_groups = group_scores.topk(self.top_groups, dim=-1)[1]
+        in_best = F.one_hot(best_groups, self.groups).sum(-2).bool()
+        allowed = in_best.unsqueeze(-1).expand_as(by_group).flatten(-2)
+        choice = torch.where(allowed, biased, torch.full_like(biased, float("-inf")))
+        experts = choice.topk(self.top_k, dim=-1)[1]
+        weights = scores.gather(-1, experts)
+        if self.renormalise:
+            weights = weights / (weights.sum(-1, keepdim=True) + 1e-20)
+        return scores, experts, weights * self.scaling
+
+
+class DeepseekMoE(MixtralSparseMoeBlock):
+    """Mixtral's routed block with DeepSeek's router, plus the shared experts (one SwiGLU
+    of n_shared_experts x the expert width)."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.gate = SigmoidGroupRouter(config)
+        self.shared_experts = LlamaMLP(config, config.intermediate_size * config.n_shared_experts)
+
+    def forward(self, x):
+        y, stats = super().forward(x)
+        return y + self.shared_experts(x), stats
