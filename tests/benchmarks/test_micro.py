@@ -1,6 +1,6 @@
 """Micro-benchmarks (pytest-benchmark) on one XLA device; not part of the default test run:
 
-    .venv/bin/python -m pytest tests/benchmarks -m benchmark --benchmark-only
+    .venv/bin/python -m pytest -n 0 tests/benchmarks -m benchmark --benchmark-only
 
 Each round runs forward+backward, syncs and waits for the device, so a round is one step.
 Compilation happens in the warm-up call before timing.

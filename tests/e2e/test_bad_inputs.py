@@ -46,7 +46,7 @@ FILES = {
 ZONE = ["--zone", "us-central2-b", "--dry-run"]
 CASES = [
     # model names, config keys and values
-    (["train", "nosuchmodel"], "unknown model 'nosuchmodel'; valid: gemma3-tiny, gemma3-1b"),
+    (["train", "nosuchmodel"], "unknown model 'nosuchmodel'; valid: "),
     (["train", "llama-tiny", "optim.lrr=3"], "unknown config key 'optim.lrr'; valid keys under"),
     (["train", "llama-tiny", "nosuch=1"], "unknown config key 'nosuch'; valid keys at the top"),
     (["train", "llama-tiny", "steps=abc"], "bad value for config key 'steps'"),

@@ -15,6 +15,7 @@ from core.remat import LayerStack
 from zoo.deepseek3.attention import MultiHeadLatentAttention
 from zoo.deepseek3.config import DeepseekV3Config
 from zoo.deepseek3.moe import DeepseekMoE
+from zoo.deepseek3.rope import rope_frequencies
 from zoo.llama.model import LlamaMLP, LlamaRMSNorm, TokenEmbedding
 from zoo.mixtral.model import MixtralForCausalLM, MixtralModel
 
@@ -61,19 +62,6 @@ class DeepseekV3Model(MixtralModel):
         if self.rope_attention_factor == 1.0:
             return cos, sin
         return cos * self.rope_attention_factor, sin * self.rope_attention_factor
-
-
-def rope_frequencies(config: DeepseekV3Config) -> tuple[torch.Tensor, float]:
-    """The rotary part's inverse frequencies and YaRN's factor on cos and sin, as
-    transformers computes them (its rope functions, so a YaRN checkpoint's positions are
-    exactly the reference's)."""
-    dim = config.qk_rope_head_dim
-    if config.rope_factor == 1.0:
-        inv_freq = 1.0 / config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float) / dim)
-        return inv_freq, 1.0
-    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS  # transformers
-
-    return ROPE_INIT_FUNCTIONS["yarn"](config.to_hf())
 
 
 class DeepseekV3ForCausalLM(MixtralForCausalLM):
