@@ -24,14 +24,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from core.attention import causal_attention
 from zoo.gemma3.config import GLOBAL, Gemma3Config
 from zoo.llama.model import (
     LlamaAttention,
     LlamaForCausalLM,
     LlamaMLP,
     LlamaModel,
-    apply_rope,
 )
 
 
@@ -60,13 +58,6 @@ class Gemma3Attention(LlamaAttention):
         q, k, v = super().heads_qkv(x)
         q = self.q_norm(q)
         return (q * self.query_scale if self.query_scale != 1.0 else q), self.k_norm(k), v
-
-    def forward(self, x, cos, sin, segment_ids=None, window=None):
-        q, k, v = self.heads_qkv(x)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        groups = self.heads // self.kv_heads
-        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
-        return self.o_proj(causal_attention(q, k, v, segment_ids, window))
 
 
 class Gemma3MLP(LlamaMLP):
@@ -111,8 +102,9 @@ class Gemma3Model(LlamaModel):
 
     def embed(self, input_ids):
         hidden = self.embed_tokens(input_ids)
-        # the scale rounded to the activation dtype first, as Gemma's reference does
-        return hidden * torch.tensor(self.hidden_size ** 0.5, dtype=hidden.dtype)
+        # the scale rounded to the activation dtype first, as Gemma's reference does; a
+        # Python number, so the step's graph holds it as a constant
+        return hidden * torch.tensor(self.hidden_size ** 0.5, dtype=hidden.dtype).item()
 
     def layer_extras(self, input_ids, dtype, segment_ids, positions) -> tuple:
         """Both layer kinds' rotary tables (each layer picks its own), and segment ids."""

@@ -72,7 +72,9 @@ class LlamaAttention(nn.Module):
         self.v_proj = nn.Linear(hidden, self.kv_heads * self.head_dim, bias=False)
         self.o_proj = HeadsToHidden(self.heads, self.head_dim, hidden)
 
-    def forward(self, x, cos, sin, segment_ids=None):
+    def forward(self, x, cos, sin, segment_ids=None, window=None):
+        """`window`: a sliding window (core/attention.py; gemma3's local layers, which never
+        run the flash kernel)."""
         q, k, v = self.heads_qkv(x)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         groups = self.heads // self.kv_heads
@@ -80,7 +82,7 @@ class LlamaAttention(nn.Module):
         if self.use_flash:
             out = flash_attention(q, k, v, segment_ids)
         else:
-            out = causal_attention(q, k, v, segment_ids)
+            out = causal_attention(q, k, v, segment_ids, window)
         return self.o_proj(out)
 
     def heads_qkv(self, x):
