@@ -22,7 +22,13 @@ import torch
 from core import config as config_lib
 from core.mesh import resolve_axis_sizes
 from core.remat import RematConfig, apply_remat
-from core.sharding import ShardingError, ShardingRules, match_activations, plan_params
+from core.sharding import (
+    ShardingError,
+    ShardingRules,
+    match_activations,
+    match_gathered,
+    plan_params,
+)
 from tests.support.conformance_worker import mesh_for, preset_names
 from tests.support.xla_harness import assert_same_loss_and_grads, run_workers
 from zoo.app.run import resolve_run
@@ -84,6 +90,7 @@ def test_sharding_preset_covers_every_size_strictly(name, preset):
         plan = plan_params(model, rules, axes)
         assert {p.name for p in plan} == {n for n, _ in model.named_parameters()}
         match_activations(model, rules)
+        match_gathered(model, rules)
 
 
 @pytest.mark.parametrize("name", FAMILIES)

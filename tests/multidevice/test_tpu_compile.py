@@ -54,6 +54,11 @@ CONTEXT_PRESET = ["llama-tiny", ["sharding=fsdp_context", "remat=none", "mesh.se
 # holds every expert: qwen3moe's compile on v6e-8, the same experts)
 MIXTRAL = [["mixtral-tiny", ["sharding=fsdp_expert", "remat=scan", "mesh.expert=2"]]]
 
+# FSDP on a slice where libtpu reduce-scatters gradients (3-D, one 4x4x2 cube), scanned and
+# recomputed as the MaxText comparisons run: a weight's gradient pinned whole was all-reduced
+GRADIENTS_TO_SHARDS = ["qwen3-tiny", ["sharding=fsdp", "remat=scan_checkpoint",
+                                      "global_batch_size=32"]]
+
 # context parallelism at a long sequence (plain attention: each chip holds its scores)
 CONTEXT = [["llama-tiny", [f"sharding={sharding}", "remat=none", "seq_len=4096",
                            "model.attention=plain", *extra]]
@@ -139,7 +144,7 @@ def default_records(tmp_path_factory):
     jobs = [("v5p-8", [case("llama", s, r) for s, r in DEFAULT_PRESETS]), ("v5p-8", MIXTRAL),
             ("v6e-8", [case(f, "fsdp", "none") for f in ON_SLICE["v6e-8"]]),
             ("v4-32", [case(f, "fsdp", "none") for f in ON_SLICE["v4-32"]]),
-            ("2xv5p-8", [case("llama", "fsdp", "none")])]
+            ("2xv5p-8", [case("llama", "fsdp", "none")]), ("v5p-64", [GRADIENTS_TO_SHARDS])]
     return compile_cases(jobs, tmp_path_factory.mktemp("compile"))
 
 
@@ -171,6 +176,18 @@ def test_mixtral_experts_travel_by_all_to_all_under_expert_parallelism(default_r
         check_flops(record)
         assert ("all-to-all" in record["collectives"]) == moves_tokens, record["collectives"]
     assert expert["flops_per_chip"]["loop_trips"]
+
+
+def test_a_gathered_weights_gradient_goes_to_its_shards_not_all_reduced_whole(default_records):
+    """o_proj's weight is gathered whole where it is used (the `gathered` rule) and its
+    gradient left free: the step all-reduces only scalars and the norms' gradients. With the
+    gradient pinned whole too, libtpu all-reduced it whole every layer (1.0 MiB here; 1.13
+    GiB a step on qwen3-8b on v5p-64, docs/results/plan-compare-qwen3-8b-v5p-64.md)."""
+    (record,) = default_records["v5p-64"]
+    assert record["fits"] and record["mesh"]["fsdp"] == 32
+    check_flops(record)
+    o_proj = 256 * 8 * 64 * 2  # qwen3-tiny's [hidden, heads x head_dim] weight in bf16
+    assert record["collectives"]["all-reduce"]["bytes"] < o_proj, record["collectives"]
 
 
 @pytest.mark.slow  # its memory at 4096 tokens: test_context_parallelism_splits_the_sequence...

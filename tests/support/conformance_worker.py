@@ -43,7 +43,7 @@ def mesh_for(rules: ShardingRules, devices: int) -> MeshConfig:
     """fsdp over everything, or fsdp x 2 along the other axis (tensor, expert, sequence)
     the preset uses."""
     logical = set(LOGICAL_AXES.values())  # the batch's axes: every preset splits them
-    specs = " ".join(str(dim) for rule in (*rules.params, *rules.activations)
+    specs = " ".join(str(dim) for rule in (*rules.params, *rules.activations, *rules.gathered)
                      for dim in rule.spec if dim not in logical)
     used = [axis for axis in ("tensor", "expert", "sequence") if axis in specs]
     return MeshConfig(**{used[0]: 2}) if used and devices > 1 else MeshConfig()

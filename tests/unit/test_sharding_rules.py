@@ -7,6 +7,7 @@ from core.sharding import (
     ShardingRules,
     format_plan,
     match_activations,
+    match_gathered,
     plan_params,
 )
 from tests.support.toy_model import ToyModel
@@ -75,6 +76,16 @@ def test_specs_are_checked_against_shape_and_mesh(spec, message):
     with pytest.raises(ShardingError) as error:
         plan_params(ToyModel(), rules({**FULL, "embed.weight": spec}), MESH)
     assert message in str(error.value)
+
+
+def test_gathered_points_are_a_section_of_their_own_and_strict():
+    """A gathered weight is pinned in forward only (core/backends/xla/spmd.py)."""
+    parsed = ShardingRules.from_dict({"params": FULL, "gathered": {"layers.*.up": [None]}})
+    assert [r.pattern for r in parsed.gathered] == ["layers.*.up"] and not parsed.activations
+    assert set(match_gathered(ToyModel(), parsed)) == {f"layers.{i}.up" for i in range(3)}
+    missing = ShardingRules.from_dict({"params": FULL, "gathered": {"encoder.*": [None]}})
+    with pytest.raises(ShardingError, match="gathered rule 'encoder.*' matches no module"):
+        match_gathered(ToyModel(), missing)
 
 
 def test_activation_rules_are_strict_too():

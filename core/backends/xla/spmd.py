@@ -16,6 +16,7 @@ from core.sharding import (
     ShardingRules,
     check_spec,
     match_activations,
+    match_gathered,
     plan_params,
 )
 
@@ -46,7 +47,8 @@ def shard_model(model, rules: ShardingRules, mesh) -> list[ParamPlan]:
     """Annotate every parameter (in place) and hook module outputs; returns the plan.
 
     The model must already be on the XLA device. Activation specs are applied with
-    `mark_sharding_with_gradients`, so the backward pass gets the same layout.
+    `mark_sharding_with_gradients`, so the backward pass gets the same layout; gathered
+    weights' specs to the forward only (core/sharding.py).
     """
     import torch_xla.distributed.spmd as xs  # torch_xla
 
@@ -60,16 +62,33 @@ def shard_model(model, rules: ShardingRules, mesh) -> list[ParamPlan]:
 
 
 def shard_activations(model, rules: ShardingRules, mesh) -> None:
-    """Hook the outputs of the modules the activation rules name, to mark their sharding."""
-    mesh_axes = axis_sizes(mesh)
-    modules = dict(model.named_modules())
-    for name, rule in match_activations(model, rules).items():
-        modules[name].register_forward_hook(_output_sharder(name, rule, mesh, mesh_axes))
-
-
-def _output_sharder(name: str, rule: Rule, mesh, mesh_axes):
+    """Hook the outputs of the modules the activation and gathered rules name, to mark
+    their sharding (activations' gradients too, gathered weights' not)."""
     import torch_xla.distributed.spmd as xs  # torch_xla
 
+    mesh_axes = axis_sizes(mesh)
+    modules = dict(model.named_modules())
+    for rules_of, pin in ((match_activations, xs.mark_sharding_with_gradients),
+                          (match_gathered, _PinForward.apply)):
+        for name, rule in rules_of(model, rules).items():
+            modules[name].register_forward_hook(
+                _output_sharder(name, rule, mesh, mesh_axes, pin))
+
+
+class _PinForward(torch.autograd.Function):
+    """A sharding annotation on a value and not on its gradient. torch_xla's op, as its
+    `mark_sharding_with_gradients` calls it: it traces under AOTAutograd (scanned layers)."""
+
+    @staticmethod
+    def forward(ctx, tensor, mesh, spec):
+        return torch.ops.xla.aot_mark_sharding(tensor, str(mesh), str(tuple(spec)))
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None, None
+
+
+def _output_sharder(name: str, rule: Rule, mesh, mesh_axes, pin):
     def hook(module, inputs, output):
         first = output[0] if isinstance(output, tuple) else output
         if not isinstance(first, torch.Tensor):
@@ -79,7 +98,7 @@ def _output_sharder(name: str, rule: Rule, mesh, mesh_axes):
         check_spec(
             rule.spec, tuple(first.shape), mesh_axes, f"activation '{name}' (rule '{rule.pattern}')"
         )
-        sharded = xs.mark_sharding_with_gradients(first, mesh, rule.spec)
+        sharded = pin(first, mesh, rule.spec)
         return (sharded, *output[1:]) if isinstance(output, tuple) else sharded
 
     return hook
