@@ -2,8 +2,10 @@
 of the session instead of the user's ~/.cache/zoo. The suite's two workers (pytest-xdist) each
 take whole files, so a file's module and class fixtures run once; the files that share a
 session fixture of tests/e2e/conftest.py (a pretrained run, its tuned adapters) go to one
-worker together, so those run once too."""
+worker together, so those run once too; so do the families' preset tests, whose XLA runs
+are made for all of them at once (tests/support/family_presets.py)."""
 
+import fnmatch
 import os
 
 import pytest
@@ -20,6 +22,8 @@ def scratch_token_cache(tmp_path_factory):
 SHARED_RUNS = ("pretrained_run", "tuned_with_adapters")
 SHARED_RUN_FILES = ("tests/e2e/test_dpo.py", "tests/e2e/test_eval.py", "tests/e2e/test_lora.py",
                     "tests/e2e/test_sft.py")
+# the families' preset tests (one XLA run per device count for all of them)
+FAMILY_PRESET_FILES = "tests/multidevice/test_*_presets.py"
 
 
 def pytest_collection_modifyitems(items):
@@ -34,12 +38,15 @@ def pytest_collection_modifyitems(items):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_xdist_make_scheduler(config, log):
-    """Whole files to each worker (xdist's loadfile), the files in SHARED_RUN_FILES as one."""
+    """Whole files to each worker (xdist's loadfile); the files in SHARED_RUN_FILES as one,
+    and the families' preset tests as one."""
     from xdist.scheduler import LoadFileScheduling
 
     class Files(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             file = super()._split_scope(nodeid)
-            return "shared-runs" if file in SHARED_RUN_FILES else file
+            if file in SHARED_RUN_FILES:
+                return "shared-runs"
+            return "family-presets" if fnmatch.fnmatch(file, FAMILY_PRESET_FILES) else file
 
     return Files(config, log)

@@ -52,18 +52,10 @@ class FamilyPresetTests:
     @pytest.fixture(scope="class")
     @classmethod
     def xla_runs(cls, request, tmp_path_factory):
-        """The workers' results for the parity and preset cases this session selected."""
-        selected = {"parity": set(), "presets": set()}
-        for item in request.session.items:
-            params = getattr(getattr(item, "callspec", None), "params", {})
-            if item.cls is cls and "xla_remat" in params:
-                selected["parity"].add((params["parity"], params["xla_remat"]))
-            if item.cls is cls and "preset" in params:
-                selected["presets"].add((params["preset"], params["remat"]))
-        return run_workers("tests.support.preset_worker", (1, 8),
-                           tmp_path_factory.mktemp(cls.cases.__name__.rsplit(".", 1)[-1]),
-                           args=[cls.cases.__name__,
-                                 json.dumps({k: sorted(v) for k, v in selected.items()})])
+        """{devices: {"parity": ..., "presets": ...}}: this family's share of every family's
+        runs (all_families_runs)."""
+        runs = all_families_runs(request.session, tmp_path_factory)
+        return {n: runs[n]["families"][cls.cases.__name__] for n in runs}
 
     @pytest.fixture(scope="class")
     @classmethod
@@ -161,3 +153,30 @@ def default_presets(cases) -> list[tuple[str, str]]:
 
 def _default_or_slow(values: tuple, default: bool):
     return pytest.param(*values, marks=() if default else pytest.mark.slow)
+
+
+ALL_RUNS = pytest.StashKey[dict]()
+
+
+def all_families_runs(session, tmp_path_factory) -> dict:
+    """The workers' results for the parity and preset cases this session selected, of every
+    family's preset tests at once (tests/support/preset_worker.py): made by the first
+    family's tests that asks, kept for the others (the test files share one xdist worker:
+    tests/conftest.py)."""
+    if ALL_RUNS not in session.stash:
+        selected: dict = {}
+        for item in session.items:
+            params = getattr(getattr(item, "callspec", None), "params", {})
+            if not (item.cls and issubclass(item.cls, FamilyPresetTests)):
+                continue
+            mine = selected.setdefault(item.cls.cases.__name__, {"parity": set(), "presets": set()})
+            if "xla_remat" in params:
+                mine["parity"].add((params["parity"], params["xla_remat"]))
+            if "preset" in params:
+                mine["presets"].add((params["preset"], params["remat"]))
+        selected = {module: {k: sorted(v) for k, v in kinds.items()}
+                    for module, kinds in selected.items()}
+        session.stash[ALL_RUNS] = run_workers(
+            "tests.support.preset_worker", (1, 8), tmp_path_factory.mktemp("presets"),
+            timeout=2400, args=[json.dumps(selected)])
+    return session.stash[ALL_RUNS]

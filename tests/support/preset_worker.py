@@ -1,15 +1,18 @@
-"""A family's preset config under every sharding x remat preset on 8 XLA CPU devices, and
+"""Each family's preset config under every sharding x remat preset on 8 XLA CPU devices, and
 the references on 1, for the family preset tests (tests/multidevice/test_*_presets.py, see
-family_presets.py). The family's cases module names FAMILY, CONFIG (the config the presets
+family_presets.py). A family's cases module names FAMILY, CONFIG (the config the presets
 run on), PARITY_CONFIGS (name -> config checked against transformers), MESHES (preset ->
 mesh), REMATS, batch() and forward(model, batch) -> (loss, logits).
 
-Saves {"devices": N, "parity": {(name, remat): result}, "presets": {(preset, remat): result}}
-for the cases the session selected: on 1 device the selected parity runs and the
-("fsdp", "none") baseline of the presets (shared with CONFIG's parity run when CONFIG is a
-parity config); on more, the selected presets of CONFIG.
-Usage (from the repo root): python -m tests.support.preset_worker OUT.pt CASES_MODULE SELECTED
-(SELECTED: JSON {"parity": [[name, remat], ...], "presets": [[preset, remat], ...]})"""
+Every family the session selected runs in one process per device count: a process's
+start-up (torch, torch_xla, transformers) costs more than a tiny family's runs.
+Saves {"devices": N, "families": {CASES_MODULE: {"parity": {(name, remat): result},
+"presets": {(preset, remat): result}}}} for the cases the session selected: on 1 device the
+selected parity runs and the ("fsdp", "none") baseline of the presets (shared with CONFIG's
+parity run when CONFIG is a parity config); on more, the selected presets of CONFIG.
+Usage (from the repo root): python -m tests.support.preset_worker OUT.pt SELECTED
+(SELECTED: JSON {CASES_MODULE: {"parity": [[name, remat], ...], "presets": [[preset, remat],
+...]}})"""
 
 import importlib
 import json
@@ -63,18 +66,19 @@ def single_device_runs(cases, parity_cases: list) -> dict:
     return {"parity": parity, "presets": {BASELINE: baseline}}
 
 
-def main(out: str, cases_module: str, selected: str):
+def main(out: str, selected: str):
     xr.use_spmd()
-    cases = importlib.import_module(cases_module)
-    selected = {kind: [tuple(pair) for pair in pairs]
-                for kind, pairs in json.loads(selected).items()}
     devices = xr.global_runtime_device_count()
-    if devices == 1:  # only the references the tests compare with: keeps them fast
-        results = single_device_runs(cases, selected["parity"])
-    else:
-        results = {"parity": {}, "presets": {(p, r): run(cases, cases.CONFIG, p, r)
-                                             for p, r in selected["presets"]}}
-    torch.save({"devices": devices, **results}, out)
+    families = {}
+    for cases_module, cases_selected in json.loads(selected).items():
+        cases = importlib.import_module(cases_module)
+        pairs = {kind: [tuple(pair) for pair in value] for kind, value in cases_selected.items()}
+        if devices == 1:  # only the references the tests compare with: keeps them fast
+            families[cases_module] = single_device_runs(cases, pairs["parity"])
+        else:
+            families[cases_module] = {"parity": {}, "presets": {
+                (p, r): run(cases, cases.CONFIG, p, r) for p, r in pairs["presets"]}}
+    torch.save({"devices": devices, "families": families}, out)
 
 
 if __name__ == "__main__":
