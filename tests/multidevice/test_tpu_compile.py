@@ -4,7 +4,8 @@ analytic count, and the collectives its sharding implies are in the program.
 
 Default suite: every sharding and every remat preset of llama on v5p-8 (4 chips), one
 preset per family on v6e-8 (8 chips), llama on v4-32 (16 chips on 4 hosts), mixtral with and
-without expert parallelism on v5p-8. `slow`: the full family x sharding x remat x slice
+without expert parallelism on v5p-8, qwen3 scanned on v5p-64 (32 chips: FSDP's gradients
+reduced into their shards). `slow`: the full family x sharding x remat x slice
 matrix, the context preset and its memory at 4096 tokens, eager attention under tensor
 parallelism, and a plan that cannot fit (llama-70b replicated on v4-8; the compiler's
 refusal messages are read by default below and in tests/unit/test_plan_compare.py)."""
