@@ -85,7 +85,7 @@ def model_keys(family_name: str, model) -> list[str]:
 
 def deepseek3_keys(model) -> list[str]:
     """Latent attention, the dense first layers, shared experts and grouped sigmoid routing
-    with its bias (held still: zoo does not move it yet, so MaxText's update rate is 0)."""
+    with its bias, moved after each update at zoo's rate."""
     rope = ["rope_type=default"]
     if model.rope_factor != 1.0:
         rope = ["rope_type=yarn", f"rope_factor={model.rope_factor:g}",
@@ -98,7 +98,8 @@ def deepseek3_keys(model) -> list[str]:
             f"first_num_dense_layers={model.first_k_dense_replace}",
             f"shared_experts={model.n_shared_experts}",
             f"routed_scaling_factor={model.routed_scaling_factor:g}",
-            "routed_score_func=sigmoid", "routed_bias=true", "routed_bias_update_rate=0.0",
+            "routed_score_func=sigmoid", "routed_bias=true",
+            f"routed_bias_update_rate={model.bias_update_rate:g}",
             f"n_routing_groups={model.n_group}", f"topk_routing_group={model.topk_group}",
             f"rope_interleave={str(model.rope_interleave).lower()}", *rope]
 

@@ -31,8 +31,10 @@ class TrainStep:
         self.optimizer, self.scheduler = optimizer, scheduler
         self.grad_accum, self.grad_clip, self.nan_policy = grad_accum, grad_clip, nan_policy
         self.bf16 = bf16
+        self.step_state = step_state_modules(model)
         # one XLA while loop over micro-batches (the backend's), or unrolled into the graph
-        self.accumulate_in_loop = accumulate_in_loop and grad_accum > 1
+        # (a module counting into its buffers in forward cannot be in a loop's body)
+        self.accumulate_in_loop = accumulate_in_loop and grad_accum > 1 and not self.step_state
         self._aux_keys = None
 
     @classmethod
@@ -59,6 +61,8 @@ class TrainStep:
         grad_norm = torch.nn.utils.clip_grad_norm_(params, self.grad_clip or float("inf"))
         with self._update_guard(total, grad_norm):
             extra = self.optimizer.step()  # custom optimizers may return a dict of metrics
+            for module in self.step_state:
+                module.after_optimizer_step(self.backend.total)
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return {
@@ -138,7 +142,17 @@ class TrainStep:
         if self.nan_policy != "skip":
             return contextlib.nullcontext()
         finite = torch.isfinite(loss) & torch.isfinite(grad_norm)
-        return undone_unless(finite, updated_tensors(self.model, self.optimizer))
+        state = [tensor for module in self.step_state for tensor in module.step_buffers()]
+        return undone_unless(finite, updated_tensors(self.model, self.optimizer) + state)
+
+
+def step_state_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """Modules with state each step moves outside the gradient (DeepSeek's routing bias, by
+    the experts' load: zoo/deepseek3/moe.py): `step_buffers()` names the tensors, none when
+    there is nothing to move, and `after_optimizer_step(total)` moves them after each update
+    (`total`: the backend's sum over every process's rows, for what forward counted)."""
+    return [module for module in model.modules()
+            if callable(getattr(module, "step_buffers", None)) and module.step_buffers()]
 
 
 def _micro_batch_axis(tensor: torch.Tensor, accum: int) -> torch.Tensor:

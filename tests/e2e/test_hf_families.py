@@ -27,7 +27,7 @@ HF_CONFIGS = {
         layer_types=["sliding_attention", "full_attention"]),
     "deepseek3": lambda: transformers.DeepseekV3Config(
         **{**TINY, "num_key_value_heads": 4}, moe_intermediate_size=32, n_routed_experts=4,
-        num_experts_per_tok=2, n_group=2, topk_group=1, first_k_dense_replace=1,
+        num_experts_per_tok=2, n_group=1, topk_group=1, first_k_dense_replace=1,
         q_lora_rank=16, kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=8,
         v_head_dim=16),
 }
@@ -100,6 +100,30 @@ def test_sft_tunes_it_and_the_export_loads_in_transformers_with_zoo_logits(expor
     ours.load_state_dict(model_weights(str(run_folder))[1], strict=True)  # LoRA: merged
     with torch.no_grad():
         torch.testing.assert_close(ours(ids()), hf_logits(hf), **TOL)
+
+
+def test_deepseek_training_moves_the_routing_bias_by_its_rate(exported):
+    """Auxiliary-loss-free balancing: after each of the 3 updates each routed expert's bias
+    moved by the rate (0.001) toward an even load (up, down, or not at all on a tie), and
+    the checkpoint and export hold it. (Grouped routing is checked against transformers in
+    tests/multidevice/test_deepseek3_presets.py: here two experts of a group of two tie.)"""
+    from safetensors.torch import load_file
+
+    from zoo.app.init_from import model_weights
+
+    run_folder, hf = exported
+    if "deepseek3" not in str(run_folder):
+        pytest.skip("deepseek3's routing")
+    steps = [v for k, v in model_weights(str(run_folder))[1].items()
+             if k.endswith("e_score_correction_bias")]
+    assert steps and any(bias.abs().max() > 0 for bias in steps), steps
+    for bias in steps:
+        moves = bias / 0.001  # 3 steps of +1, -1 or 0
+        torch.testing.assert_close(moves, moves.round(), rtol=0, atol=1e-3)
+        assert moves.abs().max() <= 3, bias
+    exported_bias = {k: v for k, v in load_file(next(hf.glob("*.safetensors"))).items()
+                     if k.endswith("e_score_correction_bias")}
+    torch.testing.assert_close(sorted(exported_bias.values(), key=str), sorted(steps, key=str))
 
 
 def test_greedy_generation_gives_transformers_tokens(exported):

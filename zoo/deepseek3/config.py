@@ -34,8 +34,11 @@ class DeepseekV3Config(MixtralConfig):
     n_group: int = 2  # experts are chosen within the best topk_group of n_group groups
     topk_group: int = 1
     routed_scaling_factor: float = 2.5
-    # DeepSeek-V3 balances by the routing bias, not a loss (transformers has none either)
+    # DeepSeek-V3 balances by the routing bias, not a loss (transformers has none either):
+    # after each update every routed layer's bias moves by bias_update_rate toward an even
+    # load (the paper's gamma; 0 holds the bias, as MaxText's default does)
     router_aux_loss_coef: float = 0.0
+    bias_update_rate: float = 0.001
     q_lora_rank: int = 32  # 0: queries projected directly (the lite shape)
     kv_lora_rank: int = 32
     qk_nope_head_dim: int = 32
@@ -60,6 +63,9 @@ class DeepseekV3Config(MixtralConfig):
                                   "topk_group", "kv_lora_rank", "qk_nope_head_dim",
                                   "qk_rope_head_dim", "v_head_dim"),
                     positive=("routed_scaling_factor", "rope_factor"))
+        if self.bias_update_rate < 0:
+            raise ValueError(f"model.bias_update_rate ({self.bias_update_rate}) must be 0 "
+                             "(the routing bias held) or positive")
         if self.num_key_value_heads != self.num_attention_heads:
             raise ValueError("model.num_key_value_heads must equal model.num_attention_heads "
                              "(multi-head latent attention)")

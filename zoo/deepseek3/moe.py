@@ -3,7 +3,13 @@ shared experts every token runs through, routed by sigmoid scores: each token's 
 are chosen among its best `topk_group` of `n_group` expert groups by score plus a per-expert
 bias (`e_score_correction_bias`, what auxiliary-loss-free balancing moves), and weighted by
 their scores alone, renormalised and times `routed_scaling_factor`. Names are transformers'
-`DeepseekV3MoE`'s."""
+`DeepseekV3MoE`'s.
+
+Auxiliary-loss-free balancing (DeepSeek-V3, section 2.1.2): each training forward adds the
+tokens routed to each expert to the router's `expert_load`; after each optimizer update
+(core/step.py) the bias of an expert busier than the layer's mean goes down by
+`bias_update_rate`, of one less busy up, and the load starts again. MaxText's
+`routed_bias_update_rate`, torchtitan's `load_balance_coeff`."""
 
 from __future__ import annotations
 
@@ -24,6 +30,9 @@ class SigmoidGroupRouter(nn.Module):
         experts = config.num_local_experts
         self.weight = nn.Parameter(torch.empty(experts, config.hidden_size))
         self.register_buffer("e_score_correction_bias", torch.zeros(experts))
+        self.bias_update_rate = config.bias_update_rate
+        # tokens routed to each expert since the last update (not saved: a step's own)
+        self.register_buffer("expert_load", torch.zeros(experts), persistent=False)
 
     def forward(self, x):
         """(fp32 scores [..., E], top-k expert ids, their weights), as MixtralRouter's."""
@@ -41,6 +50,28 @@ class SigmoidGroupRouter(nn.Module):
             weights = weights / (weights.sum(-1, keepdim=True) + 1e-20)
         return scores, experts, weights * self.scaling
 
+    def count(self, tokens_per_expert: torch.Tensor) -> None:
+        """Add a training forward's assignments per expert to the step's load. (A layer
+        recomputed in backward counts twice: every expert's load doubles, and the update
+        reads only which side of the mean each is on.)"""
+        if self.step_buffers() and torch.is_grad_enabled():
+            self.expert_load += tokens_per_expert.detach().float()
+
+    def step_buffers(self) -> list[torch.Tensor]:
+        """What `after_optimizer_step` writes (core/step.py); none when the bias is held or
+        the router frozen (a LoRA run's base model)."""
+        if not self.bias_update_rate or not self.weight.requires_grad:
+            return []
+        return [self.e_score_correction_bias, self.expert_load]
+
+    @torch.no_grad()
+    def after_optimizer_step(self, total) -> None:
+        """Each expert's bias one step toward an even load, rate x sign(mean - load), the
+        load summed over every process's rows by `total` (the backend's)."""
+        load = total(self.expert_load)
+        self.e_score_correction_bias += self.bias_update_rate * torch.sign(load.mean() - load)
+        self.expert_load.zero_()
+
 
 class DeepseekMoE(MixtralSparseMoeBlock):
     """Mixtral's routed block with DeepSeek's router, plus the shared experts (one SwiGLU
@@ -53,4 +84,5 @@ class DeepseekMoE(MixtralSparseMoeBlock):
 
     def forward(self, x):
         y, stats = super().forward(x)
+        self.gate.count(stats[:self.gate.weight.shape[0]])  # tokens per expert come first
         return y + self.shared_experts(x), stats
