@@ -68,11 +68,12 @@ def shard_activations(model, rules: ShardingRules, mesh) -> None:
 
     mesh_axes = axis_sizes(mesh)
     modules = dict(model.named_modules())
-    for rules_of, pin in ((match_activations, xs.mark_sharding_with_gradients),
-                          (match_gathered, _PinForward.apply)):
+    for kind, rules_of, pin in (("activation", match_activations,
+                                 xs.mark_sharding_with_gradients),
+                                ("gathered", match_gathered, _PinForward.apply)):
         for name, rule in rules_of(model, rules).items():
             modules[name].register_forward_hook(
-                _output_sharder(name, rule, mesh, mesh_axes, pin))
+                _output_sharder(name, rule, mesh, mesh_axes, pin, kind))
 
 
 class _PinForward(torch.autograd.Function):
@@ -88,16 +89,15 @@ class _PinForward(torch.autograd.Function):
         return grad, None, None
 
 
-def _output_sharder(name: str, rule: Rule, mesh, mesh_axes, pin):
+def _output_sharder(name: str, rule: Rule, mesh, mesh_axes, pin, kind: str):
     def hook(module, inputs, output):
         first = output[0] if isinstance(output, tuple) else output
         if not isinstance(first, torch.Tensor):
             raise ShardingError(
-                f"activation rule '{rule.pattern}': module '{name}' returns no tensor to shard"
+                f"{kind} rule '{rule.pattern}': module '{name}' returns no tensor to shard"
             )
-        check_spec(
-            rule.spec, tuple(first.shape), mesh_axes, f"activation '{name}' (rule '{rule.pattern}')"
-        )
+        check_spec(rule.spec, tuple(first.shape), mesh_axes,
+                   f"{kind} output '{name}' (rule '{rule.pattern}')")
         sharded = pin(first, mesh, rule.spec)
         return (sharded, *output[1:]) if isinstance(output, tuple) else sharded
 
