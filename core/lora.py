@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from core.errors import UserError
-from core.remat import LayerStack
+from core.remat import LayerStack, first_stacked_layer
 from core.sharding import ADAPTER_MATRICES, STACKED, base_weight_of
 
 
@@ -304,6 +304,7 @@ def fingerprint(model: nn.Module) -> dict[str, float]:
     from torch.distributed.tensor import DTensor  # start-up
 
     names, values = [], []
+    first = first_stacked_layer(dict(model.named_parameters()))
     with torch.no_grad():
         for name, param in model.named_parameters():
             if param.requires_grad:
@@ -311,7 +312,7 @@ def fingerprint(model: nn.Module) -> dict[str, float]:
             stack, stacked, rest = name.partition(f".{STACKED}.")
             square = param.float().square()
             if stacked:
-                names += [f"{stack}.{i}.{rest}" for i in range(param.shape[0])]
+                names += [f"{stack}.{first[stack] + i}.{rest}" for i in range(param.shape[0])]
                 value = square.flatten(1).mean(1)
             else:
                 names.append(name)

@@ -51,38 +51,46 @@ class RematConfig:
 
 
 class LayerStack(nn.ModuleList):
-    """Identical layers applied in sequence: `h = layer(h, *extras)` for each layer.
+    """Layers applied in sequence: `h = layer(h, *extras)` for each layer.
 
     `extras` (e.g. rotary tables, masks) are the same for every layer; what differs between
-    layers besides weights is a layer's buffers (Gemma 3's attention window), which the scan
-    slices like the weights. A layer may also
-    return per-layer outputs, `(h, *outputs)` (e.g. a router's statistics): the stack then
-    returns `(h, *outputs stacked over layers)`, scanned or not. A ModuleList subclass,
-    so parameter names stay `<stack>.<i>.<...>` (Hugging Face compatible) until the stack is
-    scanned: then `stack_weights` keeps them as `<stack>.*.<...>`, one [layers, ...] tensor
-    per name, and `unstack_weights` turns a state dict back into per-layer names.
+    alike layers besides weights is a layer's buffers (Gemma 3's attention window), which
+    the scan slices like the weights. A layer may also return per-layer outputs,
+    `(h, *outputs)` (e.g. a router's statistics): the stack then returns
+    `(h, *outputs stacked over layers)`, scanned or not.
+
+    The scan takes the stack's alike tail: the longest run of layers at the end with the
+    same weight names and shapes. Leading layers that differ (DeepSeek's dense layers
+    before the routed ones, T5's first block holding the position bias) stay their own
+    modules and run unrolled before it. A ModuleList subclass, so parameter names stay
+    `<stack>.<i>.<...>` (Hugging Face compatible) until the stack is scanned: then
+    `stack_weights` keeps the tail's as `<stack>.*.<...>`, one [layers, ...] tensor per
+    name, and `unstack_weights` turns a state dict back into per-layer names.
     """
 
     scan: bool = False
     scan_policy: str | None = None  # remat policy inside the scan; None: keep everything
-    depth: int | None = None  # the number of layers, once their weights are stacked
+    depth: int | None = None  # the number of stacked layers, once their weights are stacked
     _step_fn = None
     _extra_dtypes: tuple = ()  # the dtypes of the extras the scan carries as fp32
 
     def forward(self, hidden: torch.Tensor, *extras):
         if self.scan and hidden.device.type == "xla":
             return self._scan(hidden, extras)
-        return self._unrolled(hidden, extras)
+        return self._run(self._head_calls() + self._tail_calls(), hidden, extras)
 
     def stack_weights(self) -> None:
-        """Keep each weight of all layers as one [layers, ...] parameter of layer 0's module
-        tree, registered as child `*`. The scan then reads them in place (no stacking copy
-        per step, gradients arrive stacked) and the optimizer updates one tensor per name
-        instead of one per name and layer."""
+        """Keep each weight of the alike tail's layers as one [layers, ...] parameter of
+        its first layer's module tree, registered as child `*` after the leading layers.
+        The scan then reads them in place (no stacking copy per step, gradients arrive
+        stacked) and the optimizer updates one tensor per name instead of one per name and
+        layer."""
         layers = list(self)
-        template = layers[0]
+        first = alike_tail_start(layers)
+        tail = layers[first:]
+        template = tail[0]
         for name, param in list(template.named_parameters()):
-            per_layer = [layer.get_parameter(name).detach() for layer in layers]
+            per_layer = [layer.get_parameter(name).detach() for layer in tail]
             owner, _, leaf = name.rpartition(".")
             module = template.get_submodule(owner)
             module._parameters[leaf] = nn.Parameter(torch.stack(per_layer),
@@ -90,33 +98,36 @@ class LayerStack(nn.ModuleList):
         for name, _ in list(template.named_buffers()):
             owner, _, leaf = name.rpartition(".")
             template.get_submodule(owner)._buffers[leaf] = torch.stack(
-                [layer.get_buffer(name) for layer in layers])
+                [layer.get_buffer(name) for layer in tail])
         self._modules.clear()
+        for index, layer in enumerate(layers[:first]):
+            self._modules[str(index)] = layer
         self._modules[STACKED] = template
-        self.depth = len(layers)
+        self.depth = len(tail)
 
-    def _template(self) -> nn.Module:
-        """The module whose code runs every layer: layer 0, or the stacked tree."""
-        return self._modules[STACKED] if self.depth is not None else self[0]
+    def _head(self) -> list[nn.Module]:
+        """The leading layers that run on their own (none until the weights are stacked)."""
+        return [] if self.depth is None else [m for n, m in self._modules.items() if n != STACKED]
+
+    def _head_calls(self) -> list:
+        if not self.scan_policy:
+            return self._head()
+        return [functools.partial(checkpointed, layer.forward) for layer in self._head()]
+
+    def _tail_calls(self) -> list:
+        if self.depth is None:
+            return list(self)
+        template, weights = self._modules[STACKED], self._stacked()
+        return [functools.partial(_call_with, template, {n: v[i] for n, v in weights.items()})
+                for i in range(self.depth)]
 
     def _stacked(self) -> dict[str, torch.Tensor]:
-        """Each weight and buffer of the layers, [layers, ...]."""
-        if self.depth is not None:
-            template = self._template()
-            return {**dict(template.named_parameters()), **dict(template.named_buffers())}
-        # named_parameters, not get_parameter: within core/precision.py's `compute_in`
-        # the entries are the compute-dtype copies, which are not Parameters
-        layers = [{**dict(layer.named_parameters()), **dict(layer.named_buffers())}
-                  for layer in self]
-        return {name: torch.stack([weights[name] for weights in layers]) for name in layers[0]}
+        """Each weight and buffer of the stacked layers, [layers, ...]."""
+        template = self._modules[STACKED]
+        return {**dict(template.named_parameters()), **dict(template.named_buffers())}
 
-    def _unrolled(self, hidden, extras):
-        if self.depth is None:
-            calls = list(self)
-        else:
-            template, weights = self._template(), self._stacked()
-            calls = [functools.partial(_call_with, template, {n: v[i] for n, v in weights.items()})
-                     for i in range(self.depth)]
+    @staticmethod
+    def _run(calls, hidden, extras):
         per_layer = []
         for call in calls:
             hidden, *outputs = _as_tuple(call(hidden, *extras))
@@ -126,18 +137,26 @@ class LayerStack(nn.ModuleList):
         return (hidden, *(torch.stack(values) for values in zip(*per_layer, strict=True)))
 
     def _scan(self, hidden, extras):
-        """One XLA while loop over the layers. The layer is traced (forward and backward,
-        by AOTAutograd) on the first step only: torch_xla's scan cache (`is_fn_pure`) replays
-        the trace while it is given the same function object, which is kept here (the cache
-        holds it weakly, so a fresh bound method would miss every step)."""
+        """The leading layers unrolled, then one XLA while loop over the stacked ones. The
+        layer is traced (forward and backward, by AOTAutograd) on the first step only:
+        torch_xla's scan cache (`is_fn_pure`) replays the trace while it is given the same
+        function object, which is kept here (the cache holds it weakly, so a fresh bound
+        method would miss every step)."""
         from functorch.compile import default_partition  # start-up
 
+        head = self._head_calls()
+        if head:
+            hidden, *head_outputs = _as_tuple(self._run(head, hidden, extras))
         partition = SCAN_POLICIES[self.scan_policy] if self.scan_policy else default_partition
         if self._step_fn is None:
             self._step_fn = functools.partial(LayerStack._layer_step, self)
         carry = (hidden, *self.carried_extras(extras))
         carry, outputs = scan(self._step_fn, carry, self._stacked(), partition)
-        return (carry[0], *outputs) if outputs is not None else carry[0]
+        if outputs is None:
+            return carry[0]
+        if head:
+            outputs = [torch.cat([h, o]) for h, o in zip(head_outputs, outputs, strict=True)]
+        return (carry[0], *outputs)
 
     def carried_extras(self, extras) -> tuple:
         """The extras as the scan carries them. torch_xla's scan makes every carried tensor
@@ -152,7 +171,7 @@ class LayerStack(nn.ModuleList):
         hidden, *extras = carry
         hidden = checkpoint_name(hidden, LAYER_INPUT)
         given = [extra.to(dtype) for extra, dtype in zip(extras, self._extra_dtypes, strict=True)]
-        output, *outputs = _as_tuple(_call_with(self._template(), weights, hidden, *given))
+        output, *outputs = _as_tuple(_call_with(self._modules[STACKED], weights, hidden, *given))
         return (output, *extras), (tuple(outputs) if outputs else None)
 
 
@@ -260,9 +279,35 @@ def _as_tuple(output) -> tuple:
     return output if isinstance(output, tuple) else (output,)
 
 
+def alike_tail_start(layers: list[nn.Module]) -> int:
+    """The index from which every layer has the last one's class and weight names and
+    shapes (and buffers'): the layers one scan can run."""
+
+    def signature(layer):
+        tensors = [*layer.named_parameters(), *layer.named_buffers()]
+        return type(layer), [(name, tuple(t.shape), t.dtype) for name, t in tensors]
+
+    last = signature(layers[-1])
+    first = len(layers) - 1
+    while first > 0 and signature(layers[first - 1]) == last:
+        first -= 1
+    return first
+
+
+def first_stacked_layer(names) -> dict[str, int]:
+    """Each scanned stack among state-dict `names` (`<stack>.*.<...>`) -> the index of its
+    first stacked layer: the number of leading layers kept under their own `<stack>.<i>.`."""
+    stacks = {name.partition(f".{STACKED}.")[0] for name in names if f".{STACKED}." in name}
+    return {stack: len({name[len(stack) + 1:].partition(".")[0] for name in names
+                        if name.startswith(f"{stack}.")} - {STACKED})
+            for stack in stacks}
+
+
 def unstack_weights(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """A state dict with per-layer (Hugging Face) names: `<stack>.*.<name>` [layers, ...]
-    becomes `<stack>.<i>.<name>` for each layer. Other entries pass unchanged."""
+    becomes `<stack>.<first + i>.<name>` for each stacked layer. Other entries pass
+    unchanged."""
+    first = first_stacked_layer(state)
     out = {}
     for name, value in state.items():
         stack, stacked, rest = name.partition(f".{STACKED}.")
@@ -270,7 +315,7 @@ def unstack_weights(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
             out[name] = value
             continue
         for i, layer_value in enumerate(value.unbind(0)):
-            out[f"{stack}.{i}.{rest}"] = layer_value.clone()
+            out[f"{stack}.{first[stack] + i}.{rest}"] = layer_value.clone()
     return out
 
 

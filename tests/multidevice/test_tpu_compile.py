@@ -72,7 +72,7 @@ def case(family: str, sharding: str, remat: str) -> list:
 
 def family_cases(name: str) -> list:
     """Every sharding x remat preset of SHARDINGS x REMATS the family has (a mixture of
-    experts has no fsdp_tensor; deepseek3 no scan)."""
+    experts has no fsdp_tensor)."""
     presets = family(name).presets_dir
     return [case(name, s, r) for s in SHARDINGS for r in REMATS
             if (presets / "sharding" / f"{s}.yaml").is_file()

@@ -28,6 +28,8 @@ PARITY_CONFIGS = {
 }
 CONFIG = dataclasses.replace(SMALL, capacity_factor=1.0)  # drops some assignments
 MESHES = {"fsdp": MeshConfig(), "fsdp_expert": MeshConfig(expert=2)}
-REMATS = ["none", "checkpoint"]
-DEFAULT_PRESETS = [("fsdp_expert", "checkpoint")]
+REMATS = ["none", "checkpoint", "scan", "scan_checkpoint"]
+# by default (the rest are slow): experts over `expert`, the dense layer unrolled before the
+# scan of the routed ones, recomputed in backward
+DEFAULT_PRESETS = [("fsdp_expert", "scan_checkpoint")]
 

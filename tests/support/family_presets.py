@@ -37,10 +37,9 @@ class FamilyPresetTests:
         names = set(metafunc.fixturenames)
         if {"parity", "xla_remat"} <= names:
             first = next(iter(self.cases.PARITY_CONFIGS))
-            remats = [r for r in PARITY_REMATS if r in self.cases.REMATS]  # deepseek3: no scan
             metafunc.parametrize("parity,xla_remat", [
                 _default_or_slow((name, remat), name == first or remat == "none")
-                for name in self.cases.PARITY_CONFIGS for remat in remats])
+                for name in self.cases.PARITY_CONFIGS for remat in PARITY_REMATS])
         elif "parity" in names:
             metafunc.parametrize("parity", list(self.cases.PARITY_CONFIGS))
         if {"preset", "remat"} <= names:

@@ -25,6 +25,31 @@ def test_checkpointing_gives_the_same_gradients():
         torch.testing.assert_close(grads[name], ref[name], rtol=1e-6, atol=1e-7)
 
 
+def test_a_stack_scans_its_alike_tail_and_keeps_the_leading_layers_apart():
+    """DeepSeek's dense layers before its routed ones: the first layer's weights differ, so
+    it keeps its per-layer names and only the rest are stacked; the stacked model computes
+    the same, and its state dict unstacks to the per-layer names and values it had."""
+    from core.remat import unstack_weights
+    from tests.support.toy_model import DIM, Block
+
+    torch.manual_seed(0)
+    model = ToyModel()
+    model.layers[0].extra = torch.nn.Linear(DIM, DIM)  # only the first layer has it
+    before = {name: value.clone() for name, value in model.state_dict().items()}
+    ids = torch.randint(0, VOCAB, (2, SEQ), generator=torch.Generator().manual_seed(1))
+    expected = model(ids, ids)
+    apply_remat(model, RematConfig(checkpoint=["Block"], scan=["layers"]))
+    names = {name.split(".")[1] for name in model.state_dict() if name.startswith("layers.")}
+    assert names == {"0", "*"}
+    assert model.layers.depth == 2
+    assert isinstance(model.layers[0], Block) and hasattr(model.layers[0], "extra")
+    torch.testing.assert_close(model(ids, ids), expected, rtol=0, atol=0)
+    after = unstack_weights(model.state_dict())
+    assert after.keys() == before.keys()
+    for name, value in before.items():
+        assert torch.equal(after[name], value), name
+
+
 def test_unknown_layer_class_is_named():
     with pytest.raises(RematError, match="no layer of class 'DecoderLayer'.*Block"):
         apply_remat(ToyModel(), RematConfig(checkpoint=["DecoderLayer"]))

@@ -3,10 +3,12 @@ after each update toward an even expert load, and the load it reads is the step'
 
 import dataclasses
 
+import pytest
 import torch
 
 from core.step import step_state_modules
 from zoo.deepseek3.config import SIZES
+from zoo.deepseek3.model import DeepseekV3ForCausalLM
 from zoo.deepseek3.moe import DeepseekMoE, SigmoidGroupRouter
 
 ONE_PROCESS = torch.clone  # the backend's sum over processes, with one process
@@ -54,15 +56,40 @@ def test_updates_even_out_a_skewed_load():
     assert before > 3 and imbalance(router, tokens) < 1.4, (before, imbalance(router, tokens))
 
 
-def test_only_training_forwards_count_and_a_held_or_frozen_router_has_no_step_state():
-    block = DeepseekMoE(CONFIG)
-    torch.nn.init.normal_(block.gate.weight)
-    x = torch.randn(2, 8, CONFIG.hidden_size)
+def test_the_bias_of_a_scanned_stack_moves_by_each_layers_mean():
+    """Under scan one router holds every routed layer's bias and load, [layers, E]: an
+    expert is busy or idle against its own layer's mean."""
+    router = SigmoidGroupRouter(CONFIG)
+    router.expert_load = torch.tensor([[4.0, 0, 0, 0, 0, 0, 0, 0], [9.0, 9, 9, 9, 9, 9, 9, 1]])
+    router.e_score_correction_bias = torch.zeros(2, 8)
+    router.after_optimizer_step(ONE_PROCESS)
+    torch.testing.assert_close(router.e_score_correction_bias,
+                               torch.tensor([[-0.01] + [0.01] * 7, [-0.01] * 7 + [0.01]]))
+
+
+@pytest.mark.parametrize("scan", [False, True], ids=["unrolled", "stacked"])
+def test_only_training_forwards_count_each_routed_layers_tokens(scan):
+    """The model gives each router its layer's tokens per expert (from the statistics the
+    layer stack returns), stacked layers included; evaluation counts nothing."""
+    config = dataclasses.replace(CONFIG, num_hidden_layers=3, first_k_dense_replace=1)
+    model = DeepseekV3ForCausalLM(config)
+    model.init_weights()
+    if scan:
+        model.model.layers.stack_weights()  # the weights a scan reads (run unrolled on CPU)
+    ids = torch.randint(0, config.vocab_size, (2, 8), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():  # evaluation, generation
-        block(x)
-    assert not block.gate.expert_load.any()
-    block(x)
-    assert block.gate.expert_load.sum() == 2 * 8 * CONFIG.num_experts_per_tok
+        model(ids)
+    routers = step_state_modules(model)
+    assert routers and not any(router.expert_load.any() for router in routers)
+    _, stats = model.forward_with_router(ids)
+    load = torch.cat([router.expert_load.reshape(-1, config.num_local_experts)
+                      for router in routers])
+    assert load.shape == (2, config.num_local_experts)
+    assert load.sum(-1).tolist() == [2 * 8 * config.num_experts_per_tok] * 2
+
+
+def test_a_held_or_frozen_router_has_no_step_state():
+    block = DeepseekMoE(CONFIG)
     assert step_state_modules(block) == [block.gate]
     assert step_state_modules(DeepseekMoE(dataclasses.replace(CONFIG, bias_update_rate=0))) == []
     block.gate.weight.requires_grad_(False)  # a LoRA run's base model

@@ -3,8 +3,8 @@
 model around them (zoo/mixtral/model.py: router statistics, the load-balancing loss term,
 dispatch); parameter names equal transformers' `DeepseekV3ForCausalLM`.
 
-The dense layers differ from the routed ones, so the stack is not one scan: remat presets
-recompute layers (`checkpoint`) but do not scan them yet (docs/models.md)."""
+The dense layers differ from the routed ones: under scan they run unrolled before the scan
+of the routed layers (core/remat.py LayerStack's alike tail)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from torch import nn
 from core.remat import LayerStack
 from zoo.deepseek3.attention import MultiHeadLatentAttention
 from zoo.deepseek3.config import DeepseekV3Config
-from zoo.deepseek3.moe import DeepseekMoE
+from zoo.deepseek3.moe import DeepseekMoE, SigmoidGroupRouter
 from zoo.deepseek3.rope import rope_frequencies
 from zoo.llama.model import LlamaMLP, LlamaRMSNorm, TokenEmbedding
 from zoo.mixtral.model import MixtralForCausalLM, MixtralModel
@@ -45,7 +45,7 @@ class DeepseekV3DecoderLayer(nn.Module):
 class DeepseekV3Model(MixtralModel):
     def __init__(self, config: DeepseekV3Config):
         nn.Module.__init__(self)  # its own layers and rotary frequencies, mixtral's forward
-        self.first_routed = config.first_k_dense_replace
+        self.first_routed, self.experts = config.first_k_dense_replace, config.num_local_experts
         self.embed_tokens = TokenEmbedding(config.vocab_size, config.hidden_size)
         self.layers = LayerStack([DeepseekV3DecoderLayer(config, i >= self.first_routed)
                                   for i in range(config.num_hidden_layers)])
@@ -55,7 +55,20 @@ class DeepseekV3Model(MixtralModel):
 
     def forward(self, input_ids, segment_ids=None, positions=None):
         hidden, stats = super().forward(input_ids, segment_ids, positions)
-        return hidden, stats[self.first_routed:]
+        routed = stats[self.first_routed:]
+        self._count_expert_load(routed[:, :self.experts])  # tokens per expert come first
+        return hidden, routed
+
+    def _count_expert_load(self, tokens: torch.Tensor) -> None:
+        """Give each router its layers' rows of `tokens` [routed layers, E]: counted here,
+        from what the layer stack returns, because a scanned layer cannot write a buffer.
+        (A layer recomputed in backward is counted once.)"""
+        rows = 0
+        for router in self.layers.modules():
+            if isinstance(router, SigmoidGroupRouter):
+                layers = router.expert_load.numel() // self.experts  # [E], or [layers, E]
+                router.count(tokens[rows:rows + layers].reshape_as(router.expert_load))
+                rows += layers
 
     def rotary_tables(self, input_ids, dtype, positions=None, inv_freq=None):
         cos, sin = super().rotary_tables(input_ids, dtype, positions, inv_freq)

@@ -6,9 +6,11 @@ their scores alone, renormalised and times `routed_scaling_factor`. Names are tr
 `DeepseekV3MoE`'s.
 
 Auxiliary-loss-free balancing (DeepSeek-V3, section 2.1.2): each training forward adds the
-tokens routed to each expert to the router's `expert_load`; after each optimizer update
+tokens routed to each expert to the router's `expert_load` (the model does, from the
+statistics its layer stack returns: zoo/deepseek3/model.py); after each optimizer update
 (core/step.py) the bias of an expert busier than the layer's mean goes down by
-`bias_update_rate`, of one less busy up, and the load starts again. MaxText's
+`bias_update_rate`, of one less busy up, and the load starts again. Under scan one router
+holds every routed layer's bias and load, [layers, E]; the mean is each layer's. MaxText's
 `routed_bias_update_rate`, torchtitan's `load_balance_coeff`."""
 
 from __future__ import annotations
@@ -51,11 +53,12 @@ class SigmoidGroupRouter(nn.Module):
         return scores, experts, weights * self.scaling
 
     def count(self, tokens_per_expert: torch.Tensor) -> None:
-        """Add a training forward's assignments per expert to the step's load. (A layer
-        recomputed in backward counts twice: every expert's load doubles, and the update
-        reads only which side of the mean each is on.)"""
+        """Add a training forward's assignments per expert (`expert_load`'s shape) to the
+        step's load."""
         if self.step_buffers() and torch.is_grad_enabled():
-            self.expert_load += tokens_per_expert.detach().float()
+            # a new tensor, not in place: a scan saved the old one (with the stacked weights
+            # it slices) for its backward
+            self.expert_load = self.expert_load + tokens_per_expert.detach().float()
 
     def step_buffers(self) -> list[torch.Tensor]:
         """What `after_optimizer_step` writes (core/step.py); none when the bias is held or
@@ -69,7 +72,8 @@ class SigmoidGroupRouter(nn.Module):
         """Each expert's bias one step toward an even load, rate x sign(mean - load), the
         load summed over every process's rows by `total` (the backend's)."""
         load = total(self.expert_load)
-        self.e_score_correction_bias += self.bias_update_rate * torch.sign(load.mean() - load)
+        mean = load.mean(-1, keepdim=True)
+        self.e_score_correction_bias += self.bias_update_rate * torch.sign(mean - load)
         self.expert_load.zero_()
 
 
@@ -84,5 +88,4 @@ class DeepseekMoE(MixtralSparseMoeBlock):
 
     def forward(self, x):
         y, stats = super().forward(x)
-        self.gate.count(stats[:self.gate.weight.shape[0]])  # tokens per expert come first
         return y + self.shared_experts(x), stats

@@ -6,11 +6,12 @@ no biases, an untied LM head. Names equal `transformers.T5ForConditionalGenerati
 safetensors load directly. The token embedding is `shared`; the stacks take embedded inputs
 (HF's tied `encoder.embed_tokens` aliases are not separate weights). No host syncs.
 
-Each stack's blocks form a `T5BlockStack` (a LayerStack), so remat presets can checkpoint
-every block or scan the stack. The position bias (plus masks) is computed once per stack from
+Each stack's blocks form a LayerStack, so remat presets can checkpoint every block or scan
+the stack. The position bias (plus masks) is computed once per stack from
 block 0's table, before the blocks run, and passed to every block as an extra: all blocks run
 the same computation. Only their parameters differ: block 0 also holds the table (where HF
-names put it). So under scan, block 0 runs on its own and blocks 1..N-1 are one scan.
+names put it). So under scan, block 0 runs on its own and blocks 1..N-1 are one scan (the
+stack's alike tail).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from core.remat import LayerStack, checkpointed
+from core.remat import LayerStack
 from zoo.t5.config import T5Config
 
 MASKED = -1e30  # added to the scores of masked keys (finite: no inf - inf in backward)
@@ -159,41 +160,12 @@ class T5Block(nn.Module):
         return self.layer[-1](x)
 
 
-class T5BlockStack(LayerStack):
-    """The blocks of one stack. Block 0 also holds the bias table, so its parameters differ
-    from the others': under scan it runs on its own (checkpointed when the scanned blocks
-    are rematerialised) and only blocks 1..N-1 are scanned."""
-
-    _rest_stack = None
-
-    def stack_weights(self) -> None:
-        """Block 0's weights differ from the others' (it holds the bias table): the blocks
-        keep their own weights, stacked at each step for the scan of blocks 1..N-1."""
-
-    def _scan(self, hidden, extras):
-        if self.scan_policy:
-            hidden = checkpointed(self[0].forward, hidden, *extras)
-        else:
-            hidden = self[0](hidden, *extras)
-        if len(self) > 1:
-            hidden = LayerStack._scan(self._rest(), hidden, extras)
-        return hidden
-
-    def _rest(self) -> LayerStack:
-        """Blocks 1..N-1, built once: scan's trace cache is keyed by the stack's step."""
-        if self._rest_stack is None:
-            rest = LayerStack(list(self)[1:])
-            rest.scan_policy = self.scan_policy
-            object.__setattr__(self, "_rest_stack", rest)  # not a submodule: no new names
-        return self._rest_stack
-
-
 class T5Stack(nn.Module):
     def __init__(self, config: T5Config, is_decoder: bool):
         super().__init__()
         count = config.num_decoder_layers if is_decoder else config.num_layers
         self.is_decoder = is_decoder
-        self.block = T5BlockStack(
+        self.block = LayerStack(
             [T5Block(config, is_decoder, relative_bias=i == 0) for i in range(count)]
         )
         self.final_layer_norm = T5LayerNorm(config.d_model, config.layer_norm_epsilon)
