@@ -110,14 +110,19 @@ class MixtralSparseMoeBlock(nn.Module):
         by_rank = chosen.transpose(1, 2).reshape(batch, top_k * seq, num_experts)
         slot = by_rank.cumsum(1) - 1  # position of each assignment in its expert's queue
         kept = by_rank * (slot < capacity)
-        # each assignment's slot as a 0/1 mask [rows, k x tokens, experts, capacity], made by
-        # comparison: F.one_hot's int64 tensor of that size was the largest buffer of
-        # deepseek3-lite's step (29.95 -> 14.49 GiB a chip on v5p-64 at 4096 tokens)
+        # a token reaches an expert once at most: its slot in that expert's queue and whether
+        # it is kept, per (token, expert), so no mask is [.., top-k x tokens, experts, capacity]
+        kept = kept.reshape(batch, top_k, seq, num_experts)
+        slot = (slot.reshape(batch, top_k, seq, num_experts) * kept).sum(1)
+        reached = kept.sum(1).bool()
+        # each kept token's slot as a 0/1 mask [rows, tokens, experts, capacity], made by
+        # comparison, not F.one_hot (an int64 tensor of that size, cast after)
         positions = torch.arange(capacity, device=x.device)
-        slots = (slot.unsqueeze(-1) == positions) & kept.bool().unsqueeze(-1)
-        slots = slots.reshape(batch, top_k, seq, num_experts, capacity).to(x.dtype)
-        dispatch = slots.sum(1)  # [B, S, E, C]: 0/1, a token reaches an expert once at most
-        combine = torch.einsum("bksec,bsk->bsec", slots, weights.to(x.dtype))
+        dispatch = ((slot.unsqueeze(-1) == positions) & reached.unsqueeze(-1)).to(x.dtype)
+        # the dispatch mask times each token's router weight for the expert (MaxText's
+        # combine mask)
+        expert_weights = torch.einsum("bske,bsk->bse", chosen, weights).to(x.dtype)
+        combine = dispatch * expert_weights.unsqueeze(-1)
         out = self.experts(self.to_experts(torch.einsum("bsec,bsh->ebch", dispatch, x)))
         return torch.einsum("bsec,ebch->bsh", combine, self.from_experts(out)), kept.sum()
 
