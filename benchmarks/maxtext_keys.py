@@ -41,8 +41,15 @@ def maxtext_keys(family_name: str, cfg, topo) -> list[str]:
             *mesh_keys(cfg, topo.devices), *remat_keys(cfg.remat),
             f"dtype={'bfloat16' if cfg.runs_in_bf16(topo) else 'float32'}",
             "weight_dtype=float32",  # zoo keeps fp32 master weights either way
-            f"attention={'flash' if cfg.model.uses_flash(topo.is_tpu) else 'dot_product'}",
+            *attention_keys(cfg.model.uses_flash(topo.is_tpu)),
             *optimizer_keys(cfg.optim), *task_keys(cfg)]
+
+
+def attention_keys(flash: bool) -> list[str]:
+    """MaxText's attention as zoo's: the flash kernel, or scores materialised with the
+    softmax in fp32 (core/attention.py's plain attention; MaxText's dot_product attention
+    runs it in bf16 unless `float32_logits`)."""
+    return ["attention=flash"] if flash else ["attention=dot_product", "float32_logits=true"]
 
 
 def model_keys(family_name: str, model) -> list[str]:

@@ -56,9 +56,16 @@ def plain_causal_attention(q, k, v, segment_ids=None, window=None):
     """Softmax attention with a causal (and segment) mask; scores in fp32 for stability.
 
     The mask is applied with `where` and a finite floor: `masked_fill` gave wrong gradients
-    under scan with min-cut rematerialisation (torch_xla 2.9).
+    under scan with min-cut rematerialisation (torch_xla 2.9). The values are weighed by the
+    unnormalised exponentials and divided by their sum after (as flash kernels and MaxText's
+    dot-product attention do): normalising the [seq, seq] probabilities instead made libtpu
+    broadcast each row's max and sum as reduce-windows over the whole row, forward and
+    backward, and hold more [seq, seq] fp32 buffers: deepseek3-lite's temporaries on v5p-64
+    went from 16.10 to 9.68 GiB a chip (docs/results/plan-compare-deepseek3-lite-v5p-64.md).
     """
     # einsum, not @: `@` merges batch and heads, and libtpu then gathers tensor-split heads
     scores = torch.einsum("bhqd,bhkd->bhqk", q, k).float() / math.sqrt(q.shape[-1])
     scores = torch.where(allowed(segment_ids, q, window), scores, torch.full_like(scores, -1e30))
-    return torch.einsum("bhqk,bhkd->bhqd", scores.softmax(-1).to(v.dtype), v)
+    weights = torch.exp(scores - scores.amax(-1, keepdim=True))
+    out = torch.einsum("bhqk,bhkd->bhqd", weights.to(v.dtype), v)
+    return (out.float() / weights.sum(-1, keepdim=True)).to(v.dtype)

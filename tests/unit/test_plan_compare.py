@@ -69,8 +69,9 @@ def test_tensor_and_expert_axes_and_mixtral_experts_map():
 
 
 def test_plain_attention_and_fp32_map_to_dot_product_and_float32():
+    """zoo's plain attention takes its softmax in fp32: MaxText's the same (float32_logits)."""
     found = keys("llama-tiny", "v5p-8", "model.attention=plain", "precision=fp32")
-    assert {"attention=dot_product", "dtype=float32"} <= set(found)
+    assert {"attention=dot_product", "float32_logits=true", "dtype=float32"} <= set(found)
 
 
 @pytest.mark.parametrize("model,overrides,message", [
