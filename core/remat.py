@@ -137,26 +137,29 @@ class LayerStack(nn.ModuleList):
         return (hidden, *(torch.stack(values) for values in zip(*per_layer, strict=True)))
 
     def _scan(self, hidden, extras):
-        """The leading layers unrolled, then one XLA while loop over the stacked ones. The
-        layer is traced (forward and backward, by AOTAutograd) on the first step only:
-        torch_xla's scan cache (`is_fn_pure`) replays the trace while it is given the same
-        function object, which is kept here (the cache holds it weakly, so a fresh bound
-        method would miss every step)."""
-        from functorch.compile import default_partition  # start-up
-
+        """The leading layers unrolled, then the stacked ones as one loop."""
         head = self._head_calls()
         if head:
             hidden, *head_outputs = _as_tuple(self._run(head, hidden, extras))
+        hidden, *outputs = _as_tuple(self._scan_tail(hidden, extras))
+        if head and outputs:
+            outputs = [torch.cat([h, o]) for h, o in zip(head_outputs, outputs, strict=True)]
+        return (hidden, *outputs) if outputs else hidden
+
+    def _scan_tail(self, hidden, extras):
+        """One XLA while loop over the stacked layers. The layer is traced (forward and
+        backward, by AOTAutograd) on the first step only: torch_xla's scan cache
+        (`is_fn_pure`) replays the trace while it is given the same function object, which
+        is kept here (the cache holds it weakly, so a fresh bound method would miss every
+        step)."""
+        from functorch.compile import default_partition  # start-up
+
         partition = SCAN_POLICIES[self.scan_policy] if self.scan_policy else default_partition
         if self._step_fn is None:
             self._step_fn = functools.partial(LayerStack._layer_step, self)
         carry = (hidden, *self.carried_extras(extras))
         carry, outputs = scan(self._step_fn, carry, self._stacked(), partition)
-        if outputs is None:
-            return carry[0]
-        if head:
-            outputs = [torch.cat([h, o]) for h, o in zip(head_outputs, outputs, strict=True)]
-        return (carry[0], *outputs)
+        return (carry[0], *outputs) if outputs is not None else carry[0]
 
     def carried_extras(self, extras) -> tuple:
         """The extras as the scan carries them. torch_xla's scan makes every carried tensor

@@ -128,7 +128,7 @@ def _meta_train_step_flops(run, cfg) -> float:
     """FLOPs of the loss's forward and backward on a meta-device model (nothing allocated),
     attention as plain matmuls (FlopCounterMode cannot see inside a flash kernel). The
     step runs twice and the second run is counted: the first traces the scanned layers."""
-    def forward(self, hidden, *extras):  # the scan path off XLA too (a family's own _scan)
+    def forward(self, hidden, *extras):  # the scan path off XLA too
         return self._scan(hidden, extras) if self.scan else original_forward(self, hidden, *extras)
 
     plain = {"attention": "plain"} if hasattr(cfg.model, "attention") else {}
@@ -136,20 +136,20 @@ def _meta_train_step_flops(run, cfg) -> float:
     apply_remat(model, run.remat)
     batch = {k: v.to("meta") for k, v in run.task.example_batch(cfg).items()}
     counter = FlopCounterMode(display=False)
-    original_scan, original_forward = LayerStack._scan, LayerStack.forward
-    LayerStack._scan, LayerStack.forward = _partitioned_layers, forward
+    original_loop, original_forward = LayerStack._scan_tail, LayerStack.forward
+    LayerStack._scan_tail, LayerStack.forward = _partitioned_layers, forward
     try:
         for context in (contextlib.nullcontext(), counter):
             with context:
                 loss, _ = run.task.loss(model, batch)
                 loss.backward()
     finally:
-        LayerStack._scan, LayerStack.forward = original_scan, original_forward
+        LayerStack._scan_tail, LayerStack.forward = original_loop, original_forward
     return counter.get_total_flops()
 
 
 def _partitioned_layers(stack, hidden, extras):
-    """A scanned stack run eagerly, layer by layer, through the same AOTAutograd
+    """A scanned stack's loop run eagerly, layer by layer, through the same AOTAutograd
     partition torch_xla's scan compiles (its remat policy's, or keep-everything): backward
     recomputes what the scan's backward recomputes, and nothing it leaves out."""
     from functorch.compile import aot_function, default_partition, make_boxed_func  # start-up

@@ -62,3 +62,17 @@ def test_llama_8b_training_flops_per_token_are_about_6n():
     params = 8.03e9 - config.vocab_size * config.hidden_size  # the input embedding is no matmul
     flops = 3 * forward_flops_per_token(config, 128, causal=True)
     assert flops == pytest.approx(6 * params, rel=0.02)
+
+
+@pytest.mark.parametrize("model", ["deepseek3-tiny", "t5-tiny"])
+def test_a_scanned_stack_counts_its_leading_layers(model):
+    """What `zoo plan --compile` counts as executed (benchmarks/plan/tpu_step.py) for a
+    stack whose first layers differ (DeepSeek's dense layer, T5's block 0) and run before
+    the scan: scanned without remat, the same matmuls as unrolled."""
+    from benchmarks.plan.tpu_step import executed_flops_per_step
+
+    def executed(remat: str) -> float:
+        run = resolve_run(model, [f"remat={remat}"])
+        return executed_flops_per_step(run, run.config, flash=False)
+
+    assert executed("scan") == executed("none")
