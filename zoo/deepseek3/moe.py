@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from zoo.llama.model import LlamaMLP
-from zoo.mixtral.moe import MixtralSparseMoeBlock
+from zoo.mixtral.moe import MixtralSparseMoeBlock, one_hot
 
 
 class SigmoidGroupRouter(nn.Module):
@@ -43,7 +43,7 @@ class SigmoidGroupRouter(nn.Module):
         by_group = biased.unflatten(-1, (self.groups, -1))
         group_scores = by_group.topk(min(2, by_group.shape[-1]), dim=-1)[0].sum(-1)
         best_groups = group_scores.topk(self.top_groups, dim=-1)[1]
-        in_best = F.one_hot(best_groups, self.groups).sum(-2).bool()
+        in_best = one_hot(best_groups, self.groups, torch.bool).any(-2)
         allowed = in_best.unsqueeze(-1).expand_as(by_group).flatten(-2)
         choice = torch.where(allowed, biased, torch.full_like(biased, float("-inf")))
         experts = choice.topk(self.top_k, dim=-1)[1]

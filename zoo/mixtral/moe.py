@@ -16,6 +16,14 @@ from core import lora
 from zoo.mixtral.config import MixtralConfig
 
 
+def one_hot(ids: torch.Tensor, classes: int, dtype: torch.dtype) -> torch.Tensor:
+    """[..., classes] 0/1 masks of `ids`, made by comparison. Not `F.one_hot`: torch_xla lowers
+    it to an int64 scatter, which a TPU emulates with pairs of 32-bit words and libtpu's cost
+    analysis charges ~4000x its bytes (275 GB per routed layer on deepseek3-lite, 64 x 4096
+    tokens on v5p-64: docs/results/plan-compare-deepseek3-lite-v5p-64.md)."""
+    return (ids.unsqueeze(-1) == torch.arange(classes, device=ids.device)).to(dtype)
+
+
 class ExpertProduct(nn.Module):
     """Each expert's tokens times its own matrix, [E, groups, capacity, in] x [E, out, in]:
     a module of its own (it holds no weights), so a sharding preset can pin its output like
@@ -88,7 +96,7 @@ class MixtralSparseMoeBlock(nn.Module):
     def forward(self, x):
         probs, experts, weights = self.gate(x)
         num_experts = self.config.num_local_experts
-        chosen = F.one_hot(experts, num_experts).to(probs.dtype)  # [B, S, k, E]
+        chosen = one_hot(experts, num_experts, probs.dtype)  # [B, S, k, E]
         if self.config.dispatch == "dense" or not self.training:  # eval: dropless, as HF
             y, kept = self._dense(x, chosen, weights), chosen.sum()
         else:
