@@ -1,7 +1,8 @@
 """The preset tests every family shares (tests/multidevice/test_llama_presets.py,
 test_t5_presets.py, test_vit_presets.py): parity with transformers for each of the cases'
-PARITY_CONFIGS on eager CPU and on 1 XLA CPU device (scan off and on), and every sharding x
-remat preset of the cases' CONFIG on 8 devices against 1. A family subclasses
+PARITY_CONFIGS on eager CPU and on 1 XLA CPU device (unrolled; scanned too in the slow set,
+or by default where no default preset scans), and every sharding x remat preset of the
+cases' CONFIG on 8 devices against 1. A family subclasses
 `FamilyPresetTests`, names its cases module (see preset_worker.py) and tolerances, and
 implements `hf_reference(config)`: transformers' loss, logits and gradients for the weights
 `FAMILY.build(config, seed=0)` and the cases' batch (a causal LM subclasses
@@ -36,9 +37,13 @@ class FamilyPresetTests:
     def pytest_generate_tests(self, metafunc):
         names = set(metafunc.fixturenames)
         if {"parity", "xla_remat"} <= names:
+            # scanned on 1 device by default only where no default preset scans on 8 (each
+            # of those equals the unrolled 1-device run, which equals transformers)
             first = next(iter(self.cases.PARITY_CONFIGS))
+            scans_on_8 = any(r.startswith("scan") for _, r in default_presets(self.cases))
             metafunc.parametrize("parity,xla_remat", [
-                _default_or_slow((name, remat), name == first or remat == "none")
+                _default_or_slow((name, remat),
+                                 remat == "none" or (name == first and not scans_on_8))
                 for name in self.cases.PARITY_CONFIGS for remat in PARITY_REMATS])
         elif "parity" in names:
             metafunc.parametrize("parity", list(self.cases.PARITY_CONFIGS))
@@ -94,6 +99,7 @@ class FamilyPresetTests:
             assert result["actual_shards"][name] == {planned}, name
         assert result["hlo_has_scan"] == remat.startswith("scan")
         assert result["hlo_has_remat"] == (remat in self.barrier_remats)
+        assert not result["hlo_has_int64_scatter"]
 
 
 class CausalLMPresetTests(FamilyPresetTests):
