@@ -142,7 +142,8 @@ def bf16_gradient_bytes(record: dict) -> float:
 
 @pytest.fixture(scope="module")
 def default_records(tmp_path_factory):
-    jobs = [("v5p-8", [case("llama", s, r) for s, r in DEFAULT_PRESETS]), ("v5p-8", MIXTRAL),
+    # one process per slice (each loads torch_xla, JAX and libtpu once)
+    jobs = [("v5p-8", [case("llama", s, r) for s, r in DEFAULT_PRESETS] + MIXTRAL),
             ("v6e-8", [case(f, "fsdp", "none") for f in ON_SLICE["v6e-8"]]),
             ("v4-32", [case(f, "fsdp", "none") for f in ON_SLICE["v4-32"]]),
             ("2xv5p-8", [case("llama", "fsdp", "none")]), ("v5p-64", [GRADIENTS_TO_SHARDS])]
