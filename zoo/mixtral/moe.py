@@ -19,7 +19,7 @@ from zoo.mixtral.config import MixtralConfig
 def one_hot(ids: torch.Tensor, classes: int, dtype: torch.dtype) -> torch.Tensor:
     """[..., classes] 0/1 masks of `ids`, made by comparison. Not `F.one_hot`: torch_xla lowers
     it to an int64 scatter, which a TPU emulates with pairs of 32-bit words and libtpu's cost
-    analysis charges ~4000x its bytes (275 GB per routed layer on deepseek3-lite, 64 x 4096
+    analysis charges ~4000x its bytes (275 GB per mask on deepseek3-lite, 64 x 4096
     tokens on v5p-64: docs/results/plan-compare-deepseek3-lite-v5p-64.md)."""
     return (ids.unsqueeze(-1) == torch.arange(classes, device=ids.device)).to(dtype)
 
