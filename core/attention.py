@@ -53,7 +53,7 @@ def allowed(segment_ids, q, window=None) -> torch.Tensor:
 
 
 def plain_causal_attention(q, k, v, segment_ids=None, window=None):
-    """Softmax attention with a causal (and segment) mask; scores in fp32 for stability.
+    """Softmax attention with a causal (and segment) mask; the softmax in fp32 for stability.
 
     The mask is applied with `where` and a finite floor: `masked_fill` gave wrong gradients
     under scan with min-cut rematerialisation (torch_xla 2.9). The values are weighed by the
@@ -63,9 +63,13 @@ def plain_causal_attention(q, k, v, segment_ids=None, window=None):
     backward, and hold more [seq, seq] fp32 buffers: deepseek3-lite's temporaries on v5p-64
     went from 16.10 to 9.68 GiB a chip (docs/results/plan-compare-deepseek3-lite-v5p-64.md).
     """
-    # einsum, not @: `@` merges batch and heads, and libtpu then gathers tensor-split heads
-    scores = torch.einsum("bhqd,bhkd->bhqk", q, k).float() / math.sqrt(q.shape[-1])
+    # einsum, not @: `@` merges batch and heads, and libtpu then gathers tensor-split heads.
+    # The scores stay in the inputs' dtype (as in transformers' eager attention and MaxText):
+    # a [seq, seq] tensor a TPU keeps in HBM is then bf16, half the bytes of fp32.
+    scores = torch.einsum("bhqd,bhkd->bhqk", q, k) * (1 / math.sqrt(q.shape[-1]))
     scores = torch.where(allowed(segment_ids, q, window), scores, torch.full_like(scores, -1e30))
-    weights = torch.exp(scores - scores.amax(-1, keepdim=True))
+    # the max only keeps exp in range and cancels out: detached, as in flash kernels, so the
+    # backward holds no tie mask and no int64 tie count over [seq, seq]
+    weights = torch.exp(scores.float() - scores.amax(-1, keepdim=True).detach().float())
     out = torch.einsum("bhqk,bhkd->bhqd", weights.to(v.dtype), v)
     return (out.float() / weights.sum(-1, keepdim=True)).to(v.dtype)
