@@ -39,11 +39,16 @@ class LMTrainConfig(TrainConfig):
 
 
 def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean next-token cross entropy, Hugging Face style: labels are the inputs (shifted
-    here) and -100 marks positions that are not learned."""
-    return F.cross_entropy(
-        logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100
-    )
+    """Mean next-token cross entropy, Hugging Face style: labels are the inputs and -100
+    marks positions that are not learned. The targets are shifted, not the logits: slicing
+    off the last position copied the whole [batch, seq, vocab] logits on a TPU."""
+    return F.cross_entropy(logits.flatten(0, 1).float(), next_token_targets(labels).flatten(),
+                           ignore_index=-100)
+
+
+def next_token_targets(labels: torch.Tensor) -> torch.Tensor:
+    """What each position predicts: the next label, and nothing (-100) at the last."""
+    return torch.cat((labels[:, 1:], torch.full_like(labels[:, :1], -100)), dim=1)
 
 
 def loss_chunks(seq_len: int, chunk_tokens: int) -> int:
@@ -60,8 +65,7 @@ def chunked_causal_lm_loss(hidden: torch.Tensor, head, labels: torch.Tensor,
     time, each slice's logits recomputed in backward (checkpointed), so only one slice's
     logits are ever held. Slices are strided (positions i, i + chunks, ...), so under
     context parallelism every device holds its share of each."""
-    ignored = torch.full_like(labels[:, :1], -100)
-    targets = torch.cat((labels[:, 1:], ignored), dim=1)  # position t predicts token t + 1
+    targets = next_token_targets(labels)
 
     def summed_loss(hidden_slice, target_slice):
         logits = head(hidden_slice).flatten(0, 1).float()
