@@ -3,10 +3,15 @@ of the session instead of the user's ~/.cache/zoo. The suite's two workers (pyte
 take whole files, so a file's module and class fixtures run once; the files that share a
 session fixture of tests/e2e/conftest.py (a pretrained run, its tuned adapters) go to one
 worker together, so those run once too; so do the families' preset tests, whose XLA runs
-are made for all of them at once (tests/support/family_presets.py)."""
+are made for all of them at once (tests/support/family_presets.py). The longest scopes go
+first (their seconds measured in tests/scope_seconds.json; `pytest --store-scope-seconds`
+measures them again), so the two workers end together."""
 
+import collections
 import fnmatch
+import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -36,17 +41,68 @@ def pytest_collection_modifyitems(items):
                                     "in tests/conftest.py")
 
 
+SCOPE_SECONDS = Path(__file__).parent / "scope_seconds.json"
+
+
+def scope_of(nodeid: str) -> str:
+    """The unit one worker runs whole: a file, or one of the groups named above."""
+    file = nodeid.split("::")[0]
+    if file in SHARED_RUN_FILES:
+        return "shared-runs"
+    return "family-presets" if fnmatch.fnmatch(file, FAMILY_PRESET_FILES) else file
+
+
+def pytest_addoption(parser):
+    parser.addoption("--store-scope-seconds", action="store_true",
+                     help=f"write each scope's measured seconds to {SCOPE_SECONDS.name}, "
+                          "which orders the scopes of later runs (longest first)")
+
+
+def pytest_configure(config):
+    if config.getoption("store_scope_seconds") and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(ScopeSeconds(), "scope-seconds")
+
+
+class ScopeSeconds:
+    """Sums every test phase's seconds by scope (on the controller, which sees every
+    worker's reports) and writes them at the end of the session. Seconds are only a
+    ranking: a busy machine scales them all alike."""
+
+    def __init__(self):
+        self.seconds = collections.Counter()
+
+    def pytest_runtest_logreport(self, report):
+        self.seconds[scope_of(report.nodeid)] += report.duration
+
+    def pytest_sessionfinish(self):
+        """The scopes this session ran replace their old figures; the others are kept."""
+        measured = json.loads(SCOPE_SECONDS.read_text()) if SCOPE_SECONDS.exists() else {}
+        measured.update({scope: round(s, 1) for scope, s in self.seconds.items()})
+        ranked = dict(sorted(measured.items(), key=lambda item: -item[1]))
+        SCOPE_SECONDS.write_text(json.dumps(ranked, indent=1) + "\n")
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_xdist_make_scheduler(config, log):
-    """Whole files to each worker (xdist's loadfile); the files in SHARED_RUN_FILES as one,
-    and the families' preset tests as one."""
+    """Whole scopes to each worker (xdist's loadfile), the longest first: a scope's seconds
+    as last measured, or a second a test for a scope not measured yet."""
     from xdist.scheduler import LoadFileScheduling
 
-    class Files(LoadFileScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            file = super()._split_scope(nodeid)
-            if file in SHARED_RUN_FILES:
-                return "shared-runs"
-            return "family-presets" if fnmatch.fnmatch(file, FAMILY_PRESET_FILES) else file
+    measured = json.loads(SCOPE_SECONDS.read_text()) if SCOPE_SECONDS.exists() else {}
 
-    return Files(config, log)
+    class LongestFirst(LoadFileScheduling):
+        ordered = False
+
+        def _split_scope(self, nodeid: str) -> str:
+            return scope_of(nodeid)
+
+        def _assign_work_unit(self, node):
+            if not self.ordered:  # the queue is complete when the first unit is handed out
+                def cost(scope):
+                    return measured.get(scope, len(self.workqueue[scope]))
+                for scope in sorted(self.workqueue, key=cost, reverse=True):
+                    self.workqueue.move_to_end(scope)
+                self.ordered = True
+            super()._assign_work_unit(node)
+
+    return LongestFirst(config, log)
