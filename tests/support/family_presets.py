@@ -99,7 +99,7 @@ class FamilyPresetTests:
             assert result["actual_shards"][name] == {planned}, name
         assert result["hlo_has_scan"] == remat.startswith("scan")
         assert result["hlo_has_remat"] == (remat in self.barrier_remats)
-        assert not result["hlo_has_int64_scatter"]
+        assert not result["hlo_has_element_scatter"]
 
 
 class CausalLMPresetTests(FamilyPresetTests):

@@ -89,8 +89,11 @@ def sharded_loss_and_grads(model, loss_fn, inputs: dict, rules, remat, mesh_conf
         "specs": {n: torch_xla._XLAC._get_xla_sharding_spec(p) for n, p in params.items()},
         "hlo_has_scan": "while" in hlo,  # scan lowers to an XLA while loop
         "hlo_has_remat": "opt-barrier" in hlo,  # torch_xla checkpoint fences its recompute
-        # what F.one_hot lowers to; a TPU emulates 64-bit integers (zoo/mixtral/moe.py's one_hot)
-        "hlo_has_int64_scatter": re.search(r"= s64\[[\d,]*\]\S* scatter\(", hlo) is not None,
+        # a scatter of single elements, which libtpu charges thousands of times its bytes:
+        # what F.one_hot and the backward of gather and topk lower to (zoo/mixtral/moe.py's
+        # one_hot and picked); an embedding's backward scatters whole rows, which is cheap
+        "hlo_has_element_scatter": re.search(r" scatter\([^\n]*update_window_dims=\{\}",
+                                             hlo) is not None,
         "planned_shards": {e.name: e.shard_shape for e in plan},
         "actual_shards": {
             n: {tuple(s.data.shape) for s in wrap_as_sharded_tensor(p).local_shards}

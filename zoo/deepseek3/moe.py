@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from zoo.llama.model import LlamaMLP
-from zoo.mixtral.moe import MixtralSparseMoeBlock, one_hot
+from zoo.mixtral.moe import MixtralSparseMoeBlock, one_hot, picked
 
 
 class SigmoidGroupRouter(nn.Module):
@@ -47,7 +47,7 @@ class SigmoidGroupRouter(nn.Module):
         allowed = in_best.unsqueeze(-1).expand_as(by_group).flatten(-2)
         choice = torch.where(allowed, biased, torch.full_like(biased, float("-inf")))
         experts = choice.topk(self.top_k, dim=-1)[1]
-        weights = scores.gather(-1, experts)
+        weights = picked(scores, experts)
         if self.renormalise:
             weights = weights / (weights.sum(-1, keepdim=True) + 1e-20)
         return scores, experts, weights * self.scaling

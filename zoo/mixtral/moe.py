@@ -24,6 +24,15 @@ def one_hot(ids: torch.Tensor, classes: int, dtype: torch.dtype) -> torch.Tensor
     return (ids.unsqueeze(-1) == torch.arange(classes, device=ids.device)).to(dtype)
 
 
+def picked(values: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """`values.gather(-1, ids)` (the router's score of each chosen expert), made with a
+    comparison mask so that its gradient is a product, not a scatter: the backward of
+    `gather` and of `topk`'s values scatters into [..., experts], and libtpu's cost analysis
+    charged each such scatter ~12,000x its bytes (138 GB per routed layer on deepseek3-lite,
+    docs/results/plan-compare-deepseek3-lite-v5p-64.md)."""
+    return (one_hot(ids, values.shape[-1], values.dtype) * values.unsqueeze(-2)).sum(-1)
+
+
 class ExpertProduct(nn.Module):
     """Each expert's tokens times its own matrix, [E, groups, capacity, in] x [E, out, in]:
     a module of its own (it holds no weights), so a sharding preset can pin its output like
@@ -67,7 +76,8 @@ class MixtralRouter(nn.Module):
         """(fp32 router probabilities [..., E], top-k expert ids, their weights: the chosen
         probabilities, renormalised to sum to 1 where the config says so)."""
         probs = F.linear(x, self.weight).float().softmax(-1)
-        weights, experts = probs.topk(self.top_k, dim=-1)
+        experts = probs.topk(self.top_k, dim=-1)[1]
+        weights = picked(probs, experts)
         if self.renormalise:
             weights = weights / weights.sum(-1, keepdim=True)
         return probs, experts, weights
