@@ -17,7 +17,7 @@ import time
 import fsspec
 import torch
 
-from core import backends, lora
+from core import backends, goodput, lora
 from core import hosts as hosts_lib
 from core.lora import LoraConfig
 from core.mesh import MeshConfig
@@ -172,6 +172,7 @@ class Engine:
     def fit(self) -> dict:
         """Train to `config.steps`, resuming from the latest complete checkpoint."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.goodput = goodput.Attempt(self.run_dir, write=self.hosts.main)
         start = self.step = self._resume()
         peak, peak_note = self._peak_flops()
         logger = MetricsLogger(
@@ -194,6 +195,7 @@ class Engine:
         batches = iter(self.backend.loader(self.host_batches(start), self.mesh,
                                            self.data.batch(start)))
         previous = signal.signal(signal.SIGTERM, self._request_stop)
+        self.goodput.loop_starts()
         try:
             self._loop(start, batches, profiler, logger)
         except NonFiniteStep as error:
@@ -206,31 +208,43 @@ class Engine:
                                 "steps") from None
         finally:
             signal.signal(signal.SIGTERM, previous)
+            self.goodput.close()  # before the logger's last push: a bucket gets it too
             logger.close()
-        return self._tracker.summary()
+        summary = self._tracker.summary()  # empty when there was no step left to run
+        if summary and self.hosts.main:
+            summary["goodput"] = goodput.account(goodput.read_attempts(self.goodput.file))
+        return summary
 
     def _loop(self, start: int, batches, profiler, logger) -> None:
         """Steps start+1 .. config.steps, each logged, checkpointed when due; a SIGTERM on
         any host saves the step and ends it."""
+        account = self.goodput
         for step in range(start + 1, self.config.steps + 1):
             profiler.step_starts(step)
-            with profiler.region("data"):
+            with profiler.region("data"), account.timing("data_loading"):
                 batch = next(batches)
+            compiles, began = self._compile_count(), time.monotonic()
             with profiler.region("step"):
                 values = self.train_step(batch)
                 lr = self.scheduler.get_last_lr()[0]
                 self.backend.after_step(self._tracker.done, (step, values, lr, batch))
+            compiled = self._compile_count() > compiles
+            account.add("program_startup" if compiled else "productive", time.monotonic() - began)
             self.step = step
+            account.step_done(step)
             before = self._compile_count()
-            extra = self.task.after_step(self, self.step)
+            with account.timing("evaluation"):
+                extra = self.task.after_step(self, self.step)
             self.side_compiles += self._compile_count() - before
             if extra:
                 logger.record({"step": self.step, **extra})
             stop = self.hosts.any(self._stop_requested)  # SIGTERM on any host stops all
             last = stop or self.step == self.config.steps
             if last or self.step % self.config.checkpoint_every == 0:
-                with profiler.region("checkpoint"):
+                with profiler.region("checkpoint"), account.timing(
+                        "unproductive_checkpoint_save_time"):
                     self._save(wait=last)
+                account.checkpointed(self.step)
             if note := profiler.step_ended(step, last):
                 logger.note(note)
             if stop:
@@ -257,7 +271,9 @@ class Engine:
         if step is None:
             return 0
         before = self._compile_count()  # restoring compiles small graphs: not the step's
-        state = self.checkpointer.restore(self.model, self.optimizer, self.scheduler, step=step)
+        with self.goodput.timing("unproductive_checkpoint_restore_time"):
+            state = self.checkpointer.restore(self.model, self.optimizer, self.scheduler,
+                                              step=step)
         saved_base = state["extra"].get(BASE_FINGERPRINT, {})
         if not lora.same_fingerprint(saved_base, self._base_fingerprint):
             raise CheckpointError(
@@ -267,6 +283,7 @@ class Engine:
         self.side_compiles += self._compile_count() - before
         if self.hosts.main:
             print(f"resuming from step {state['step']} ({self.checkpointer.directory})")
+        self.goodput.resumed(state["step"])
         return state["data_position"]
 
     def _save(self, wait: bool) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import json
 import logging
+import os
 
 import click
 
@@ -230,6 +231,21 @@ def plan(model, overrides, tpu, target_mfu, compile_, compare, as_json):
 
     run = resolve_run(model, [f"tpu={tpu}", *overrides])
     click.echo(plan_report(run, target_mfu, compile_, compare, as_json, click.echo))
+
+
+@cli.command("goodput")
+@click.argument("run")
+@click.option("--plot", "plot_path", help="Where to draw the attempts' timeline (PNG; "
+              "default: RUN/goodput.png, or ./goodput.png for a run in a bucket).")
+def goodput_command(run, plot_path):
+    """Where the wall time of RUN (a run folder or bucket URL) went, over every attempt:
+    productive steps, compiles, data waits, checkpoints, evaluation, restarts, lost work."""
+    from core import goodput
+
+    summary = goodput.run_account(run)
+    path = plot_path or ("goodput.png" if "://" in run else os.path.join(run, "goodput.png"))
+    goodput.plot(summary, path)
+    click.echo(f"{goodput.describe(summary)}\ntimeline: {path}")
 
 
 @cli.command()

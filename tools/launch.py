@@ -82,6 +82,7 @@ def _launch_on_tpu_vm(request: TrainRequest, echo: Callable[[str], object]) -> N
 def _train_here(request: TrainRequest, echo: Callable[[str], object]) -> None:
     # torch and the families: start-up, paid only by a run that trains here
     from benchmarks.plan.analytic import check_fits
+    from core import goodput
     from core.config import given_value
     from zoo.app.generate import sample_after_training
     from zoo.app.init_from import default_out, starting_point
@@ -107,9 +108,12 @@ def _train_here(request: TrainRequest, echo: Callable[[str], object]) -> None:
         echo(f"nothing to do: {cfg.out} already trained {cfg.steps} steps")
         return
     echo(describe_summary(summary, cfg.out))
+    if "goodput" in summary:
+        echo(goodput.describe(summary["goodput"]))
     if summary["last_step"] < cfg.steps:  # SIGTERM: saved, and the VM is going away
         return
     text = run.task.generates_text and cfg.data.source != "synthetic"
     if text and current_hosts().main:  # the others' run folders hold no config
-        echo(sample_after_training(cfg.out, request.prompt or run.task.sample_prompt,
-                                   chat=run.task.chat))
+        with goodput.spent_on("evaluation"):
+            echo(sample_after_training(cfg.out, request.prompt or run.task.sample_prompt,
+                                       chat=run.task.chat))

@@ -10,6 +10,7 @@
     RUN/tb/                         TensorBoard scalars of the logged metrics
     RUN/profile/                    an XLA profile of a step window, when one was asked for
     RUN/eval_results.json           the latest `zoo eval` of the run
+    RUN/goodput.json                where each attempt's wall time went (core/goodput.py)
 
 RUN may be a bucket URL; it is then written in a local copy (core/store/run_home.py).
 """
@@ -40,6 +41,7 @@ RUN_ID = "run-id"
 WANDB_ID = "wandb-run-id"
 LOCK = ".lock"
 CHECKPOINTS = "checkpoints"
+GOODPUT = "goodput.json"
 
 
 def step_dir_name(step: int) -> str:

@@ -29,10 +29,11 @@ from pathlib import Path
 
 from core.cache import cache_home
 from core.store.location import Store
-from core.store.run_folder import LOCK, METRICS, RUN_CONFIG, RUN_ID, WANDB_ID
+from core.store.run_folder import GOODPUT, LOCK, METRICS, RUN_CONFIG, RUN_ID, WANDB_ID
 
-# what a resumed run reads back: its config, its metrics so far, its identities
-CONTINUED = (RUN_CONFIG, METRICS, RUN_ID, WANDB_ID)
+# what a resumed run reads back: its config, its metrics so far, its identities, the account
+# of its earlier attempts
+CONTINUED = (RUN_CONFIG, METRICS, RUN_ID, WANDB_ID, GOODPUT)
 PUSH_EVERY_S = 30.0
 _NEVER_PUSHED = (LOCK,)  # this VM's lock: the checkpoint location's lease guards the bucket
 

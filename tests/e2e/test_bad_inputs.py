@@ -212,6 +212,8 @@ CASES = [
     (["train", "llama-tiny", "checkpoint_lease_s=0"],
      "checkpoint_lease_s must be a positive number of seconds"),
     (["export", "{d}/missing", "{d}/out"], "is neither a run folder nor a checkpoint"),
+    (["goodput", "{d}/missing"], "is not a run folder (no config.yaml)"),
+    (["goodput", "{d}/run"], "has no goodput.json"),
     (["export", "{d}/run", "{d}/out"], "has no complete checkpoint yet"),
     (["eval", "gs://zoo-nosuch-bucket-1f3a/run", "--tasks", "arc_easy_sample"],
      "cannot read gs://zoo-nosuch-bucket-1f3a/run: no answer in 5 s; check the network"),

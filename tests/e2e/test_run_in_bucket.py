@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from tests.support.runs import zoo
+from tests.support.runs import zoo, zoo_here
 
 ARGS = ["llama-tiny", "checkpoint_every=3", "log_every=2", "wandb.project=zoo-tests",
         "wandb.mode=offline", "model.num_hidden_layers=1", "seq_len=64", "global_batch_size=4"]
@@ -35,6 +35,11 @@ def test_a_run_in_a_bucket_continues_after_its_vm_is_recreated(tmp_path, monkeyp
     assert len(offline_runs) == 2 and all(n.endswith(wandb_id.strip()) for n in offline_runs)
     assert len(list((run / "tb").glob("events.out.tfevents.*"))) == 2
     assert not (run / ".lock").exists()
+    timeline = tmp_path / "goodput.png"
+    accounted = zoo_here("goodput", out, "--plot", str(timeline))
+    assert accounted.exit_code == 0, accounted.output
+    assert "over 2 attempt(s); 0 step(s) done again" in accounted.output  # resumed at 6 of 6
+    assert timeline.read_bytes()[:4] == b"\x89PNG"
 
     exported = zoo("export", out, str(tmp_path / "hf"))
     assert exported.returncode == 0, exported.stderr[-3000:]

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from core import goodput
 from tests.support.runs import (
     kill_after_first_checkpoint_then_rerun,
     losses,
@@ -80,9 +81,30 @@ def test_run_writes_metrics_config_and_checkpoints(reference_run):
 def test_sigkill_then_rerun_resumes_with_identical_losses(reference_run, tmp_path):
     out = tmp_path / "run"
     args = ["llama-tiny", "--tpu", "cpu-4", "--steps", "12", "checkpoint_every=4", *SMALL]
-    kill_after_first_checkpoint_then_rerun(args, out, first=4)
+    resumed, rerun_seconds = kill_after_first_checkpoint_then_rerun(args, out, first=4)
     reference = losses(reference_run[0])
     assert losses(out) == reference  # bit-identical: same graphs, same restored state
+    assert_goodput_counts_the_restart(out, resumed.stdout, rerun_seconds)
+
+
+def assert_goodput_counts_the_restart(out: Path, printed: str, rerun_seconds: float):
+    """The account of the killed and the resumed attempt: the steps done again after the
+    checkpoint at 4, the restart's cost, every second of the rerun accounted for."""
+    summary = goodput.run_account(str(out))
+    killed, rerun = summary["attempts"]
+    assert rerun["resumed_from"] == 4 and rerun["reached"] == 12
+    assert killed["lost_steps"] == killed["reached"] - 4 == summary["lost_steps"]
+    assert (killed["seconds"]["wasted_progress_from_disruption"] > 0) == (killed["lost_steps"] > 0)
+    restart = rerun["seconds"]
+    assert restart["training_prep"] > 0 and restart["program_startup"] > 0
+    assert restart["unproductive_checkpoint_restore_time"] > 0
+    # the rerun's process, timed from outside, is its attempt: from its creation to the
+    # heartbeat at exit, after which only the runtime's teardown runs (~2 s on XLA:CPU)
+    assert 0 < rerun_seconds - rerun["wall_s"] < 0.02 * rerun_seconds + 5
+    assert restart["other"] < 0.1 * rerun["wall_s"], restart  # measured, not left over
+    assert sum(summary["seconds"].values()) == pytest.approx(summary["wall_s"], rel=0.02)
+    assert f"{summary['lost_steps']} step(s) done again" in printed
+    assert "goodput " in printed
 
 
 @pytest.mark.slow  # the default suite covers this with two hosts: tests/e2e/test_hosts.py

@@ -81,7 +81,7 @@ def trained_run(tmp_path_factory, args: list[str]) -> Path:
 
 def kill_after_first_checkpoint_then_rerun(args: list[str], out: Path, first: int):
     """Start `zoo train *args --out OUT`, SIGKILL it once checkpoint `first` exists, rerun it
-    to the end; returns the rerun's result."""
+    to the end; returns the rerun's result and its wall seconds."""
     proc = popen_zoo("train", *args, "--out", str(out), stdout=subprocess.DEVNULL,
                      stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
@@ -90,7 +90,9 @@ def kill_after_first_checkpoint_then_rerun(args: list[str], out: Path, first: in
         time.sleep(0.2)
     proc.kill()
     proc.wait()
+    began = time.time()
     resumed = zoo("train", *args, "--out", str(out))
+    seconds = time.time() - began
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resuming from step" in resumed.stdout
-    return resumed
+    return resumed, seconds
