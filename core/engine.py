@@ -172,7 +172,6 @@ class Engine:
     def fit(self) -> dict:
         """Train to `config.steps`, resuming from the latest complete checkpoint."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.goodput = goodput.Attempt(self.run_dir, write=self.hosts.main)
         start = self.step = self._resume()
         peak, peak_note = self._peak_flops()
         logger = MetricsLogger(
@@ -257,6 +256,13 @@ class Engine:
         while True:
             yield self.data.batch(index)
             index += 1
+
+    @functools.cached_property
+    def goodput(self) -> goodput.Attempt:
+        """This process's account of the run's wall time (core/goodput.py), written by the
+        main host; made on first use (a resume or the loop)."""
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        return goodput.Attempt(self.run_dir, write=self.hosts.main)
 
     @functools.cached_property
     def hosts(self) -> hosts_lib.Hosts:
