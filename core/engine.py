@@ -227,11 +227,11 @@ class Engine:
                 values = self.train_step(batch)
                 lr = self.scheduler.get_last_lr()[0]
                 self.backend.after_step(self._tracker.done, (step, values, lr, batch))
-            compiled = self._compile_count() > compiles
-            account.add("program_startup" if compiled else "productive", time.monotonic() - began)
+            before = self._compile_count()  # also what the task's work below compiles from
+            account.add("program_startup" if before > compiles else "productive",
+                        time.monotonic() - began)
             self.step = step
             account.step_done(step)
-            before = self._compile_count()
             with account.timing("evaluation"):
                 extra = self.task.after_step(self, self.step)
             self.side_compiles += self._compile_count() - before
@@ -261,7 +261,6 @@ class Engine:
     def goodput(self) -> goodput.Attempt:
         """This process's account of the run's wall time (core/goodput.py), written by the
         main host; made on first use (a resume or the loop)."""
-        self.run_dir.mkdir(parents=True, exist_ok=True)
         return goodput.Attempt(self.run_dir, write=self.hosts.main)
 
     @functools.cached_property

@@ -44,6 +44,8 @@ import psutil
 from core.errors import UserError
 from core.json_file import DamagedFile, json_object
 from core.store.run_folder import GOODPUT as FILE
+from core.store.run_folder import RUN_CONFIG
+from core.store.run_home import RunHome
 
 HEARTBEAT_S = 1.0
 MEASURED = ("productive", "training_prep", "program_startup", "data_loading",
@@ -208,9 +210,6 @@ def describe(summary: dict) -> str:
 def run_account(out: str) -> dict:
     """The account of the run at `out` (a folder or a bucket URL); one line when `out` is
     not a run or holds no account."""
-    from core.store.run_folder import RUN_CONFIG
-    from core.store.run_home import RunHome
-
     home = RunHome(out)
     text = home.read(FILE)
     if text is None:
