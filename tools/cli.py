@@ -217,8 +217,19 @@ def bench(**options):
               help="With --compile: also compile MaxText's own train step for the same shapes "
               "and slice, both programs by MaxText's libtpu, and print them side by side "
               "(its environment is built on first use).")
+@click.option("--search", "search_", is_flag=True,
+              help="Search remat x per-device batch x sharding preset x mesh split (the keys "
+              "not given as OVERRIDES), prune with the analytic plan, compile the rest with "
+              "libtpu and rank by projected throughput; prints the winner's `zoo train` line.")
+@click.option("--budget", type=FiniteRange(min=0, min_open=True),
+              help="With --search: stop compiling after this many minutes.")
+@click.option("--jobs", type=POSITIVE, help="With --search: compile processes at once "
+              "(default: as many as cores and host memory allow, by the first compile).")
+@click.option("--max-batch", type=POSITIVE, default=16, show_default=True,
+              help="With --search: the largest per-device batch (sequences) to try.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as one JSON record.")
-def plan(model, overrides, tpu, target_mfu, compile_, compare, as_json):
+def plan(model, overrides, tpu, target_mfu, compile_, compare, search_, budget, jobs, max_batch,
+         as_json):
     """Will MODEL fit on a slice? Per-chip memory and the step time a target MFU implies;
     with --compile, the compiler's own per-chip HBM, FLOPs, collectives and step estimate.
 
@@ -226,6 +237,17 @@ def plan(model, overrides, tpu, target_mfu, compile_, compare, as_json):
     """
     if compare and not compile_:
         raise UserError(f"--compare {compare} compares compiled programs: add --compile")
+    if (budget or jobs) and not search_:
+        raise UserError("--budget and --jobs bound a search: add --search")
+    if search_:
+        if compare:
+            raise UserError("--search ranks zoo's own configurations: drop --compare "
+                            "(compare the winner with `--compile --compare maxtext` after)")
+        from benchmarks.plan import search  # torch, the families
+
+        result = search.search(model, tpu, list(overrides), budget, jobs, max_batch, click.echo)
+        click.echo(json.dumps(result.record(), indent=2) if as_json else search.describe(result))
+        return
     from benchmarks.plan.report import plan_report  # torch, the families
     from zoo.app.run import resolve_run  # torch, the families
 

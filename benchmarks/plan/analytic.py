@@ -63,11 +63,12 @@ class Plan:
         }
 
 
-def make_plan(run: Run, target_mfu: float) -> Plan:
-    """The run's per-device memory and step time at `target_mfu` on its topology."""
+def make_plan(run: Run, target_mfu: float, model=None) -> Plan:
+    """The run's per-device memory and step time at `target_mfu` on its topology; `model`:
+    the run's meta model when the caller has it (a search plans one model many ways)."""
     family, cfg, topo, mesh, remat = run.family, run.config, run.topology, run.mesh, run.remat
     host_batch_size(cfg.global_batch_size, topo.hosts)  # what `zoo train` requires too
-    model = run.meta_model()
+    model = model or run.meta_model()
     params = plan_params(model, run.rules, mesh)
     param_bytes = sum(p.shard_bytes for p in params)
     # a LoRA run's frozen base has no gradients and no optimizer state

@@ -17,7 +17,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from benchmarks.plan.analytic import Plan, describe, make_plan
-from benchmarks.plan.step_model import project
+from benchmarks.plan.step_model import StepModel, project
 from benchmarks.plan.tpu_compile import CompiledStep, compile_hlo, compile_target, tpu_devices
 from core import backends, runtime, topology
 from core.backends.xla.pallas_tpu import pallas_lowering_for_tpu
@@ -196,6 +196,12 @@ class CompiledPlan:
         step = self.compiled
         return isinstance(step, CompiledStep) and step.total_bytes <= self.hbm_bytes
 
+    def step_model(self) -> StepModel:
+        """The projected step of the compiled program (call only when it compiled)."""
+        step = self.compiled
+        return project(step.matmul_flops, step.bytes_accessed, step.collectives,
+                       self.analytic.topology, step.dcn_collectives)
+
     def record(self) -> dict:
         """The `--json` record: every number the console shows."""
         plan, step, topo = self.analytic, self.compiled, self.analytic.topology
@@ -238,17 +244,16 @@ class CompiledPlan:
                 "compiled_over_analytic": step.total_bytes / plan.total,
             },
             "flops_per_chip": {**flops, "compiled_matmul": step.matmul_flops,
+                               "compiled_matmul_loop_bodies_once": step.matmul_flops_once,
                                "compiled_over_executed":
                                    step.matmul_flops / self.executed_flops_per_chip,
                                "cost_analysis": step.flops,
                                "cost_analysis_vector_share": step.vector_flops_share,
                                "loop_trips": step.loop_trips},
             "collectives": step.collectives,
-            **({"dcn_collectives": step.dcn_collectives,
-                "projected_step": project(step.matmul_flops, step.bytes_accessed,
-                                          step.collectives, topo,
-                                          step.dcn_collectives).record()}
-               if topo.slices > 1 else {}),
+            **({"dcn_collectives": step.dcn_collectives} if topo.slices > 1 else {}),
+            "projected_step": self.step_model().record(),
+            "projected_mfu": self.step_model().mfu(model_flops, topo.peak_bf16_flops_per_chip),
             "compiler_estimate": {
                 "step_seconds": roofline,
                 "source": source,
@@ -340,14 +345,16 @@ def describe_compiled(plan: CompiledPlan, analytic: bool = True) -> str:
             "arguments may be overstated by up to that much")
     lines.append("collectives per chip per step: " + _collectives_text(record["collectives"]))
     if topo.slices > 1:
-        model = record["projected_step"]
-        lines += [
-            f"  across the {topo.slices} slices (data-center network): "
-            + _collectives_text(record["dcn_collectives"]),
-            f"projected step ({model['label']}): {_seconds(model['overlapped_s'])} with "
-            f"communication overlapped, {_seconds(model['exposed_s'])} exposed (compute "
-            f"{_seconds(model['compute_s'])}, HBM {_seconds(model['memory_s'])}, ICI "
-            f"{_seconds(model['communication_s'])}, DCN {_seconds(model['dcn_s'])})"]
+        lines.append(f"  across the {topo.slices} slices (data-center network): "
+                     + _collectives_text(record["dcn_collectives"]))
+    model, mfu = record["projected_step"], record["projected_mfu"]
+    lines.append(
+        f"projected step ({model['label']}): {_seconds(model['overlapped_s'])} with "
+        f"communication overlapped, {_seconds(model['exposed_s'])} exposed (compute "
+        f"{_seconds(model['compute_s'])}, HBM {_seconds(model['memory_s'])}, ICI "
+        f"{_seconds(model['communication_s'])}"
+        + (f", DCN {_seconds(model['dcn_s'])}" if topo.slices > 1 else "")
+        + f"); projected MFU {mfu['overlapped']:.1%} overlapped, {mfu['exposed']:.1%} exposed")
     estimate = record["compiler_estimate"]
     lines.append(
         f"compiler's estimate, not a measurement: {estimate['step_seconds'] * 1e3:,.1f} ms/step "

@@ -1,0 +1,51 @@
+"""`zoo plan --search` end to end: the space pruned, the survivors compiled by libtpu for the
+slice in worker processes, the winner ranked by projected throughput, and the winner's
+printed overrides trained by `zoo train` (on virtual devices: the same mesh, presets and
+batch). The llama-8b search against the hand-picked MaxText-comparison config is slow."""
+
+import json
+
+import pytest
+
+from benchmarks.plan.search import projected_mfu
+from core import topology
+from tests.support.runs import zoo
+
+
+def search(*args, timeout):
+    result = zoo("plan", *args, "--search", "--json", timeout=timeout)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "compiling" in result.stderr  # the progress bar, beside the JSON
+    return json.loads(result.stdout)
+
+
+def test_llama_tiny_search_on_v5p_8_and_its_winner_trains(tmp_path):
+    record = search("llama-tiny", "--tpu", "v5p-8", timeout=900)
+    space, ranked = record["space"], record["ranked"]
+    assert space["considered"] == 315 and space["compiled"] == len(ranked) + len(
+        record["not_fitting"])
+    # most of the space is never compiled: the estimate and the compiled results rule it out
+    assert space["compiled"] <= 8 < space["ruled_out_by_compiled"]
+    mfus = [row["mfu"] for row in ranked]
+    assert mfus == sorted(mfus, reverse=True) and 0 < mfus[0] <= 1
+    winner = ranked[0]
+    assert winner["status"] == "fits" and winner["overrides"] == record["winner_overrides"]
+    assert record["train_command"].endswith(record["winner_overrides"])
+    trained = zoo("train", "llama-tiny", "--tpu", "cpu-4", "--steps", "2",
+                  *record["winner_overrides"].split(), "--out", str(tmp_path / "run"),
+                  timeout=600)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    assert f"global_batch_size={winner['batch_per_device'] * 4}" in record["winner_overrides"]
+    assert "step 2" in trained.stdout
+
+
+@pytest.mark.slow
+def test_llama_8b_search_on_v5p_128_beats_the_hand_picked_config():
+    record = search("llama-8b", "--tpu", "v5p-128", "--budget", "30", "seq_len=8192",
+                    timeout=40 * 60)
+    hand_picked = zoo("plan", "llama-8b", "--tpu", "v5p-128", "--compile", "--json",
+                      "seq_len=8192", "global_batch_size=128", "remat=scan_checkpoint",
+                      timeout=20 * 60)
+    assert hand_picked.returncode == 0, hand_picked.stderr[-3000:]
+    reference = projected_mfu(json.loads(hand_picked.stdout), topology.parse("v5p-128"))
+    assert record["ranked"][0]["mfu"] >= reference
