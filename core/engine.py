@@ -407,7 +407,7 @@ class _StepTracker:
         self.logger.step_done(metrics)
         cfg = engine.config
         if step % cfg.log_every == 0 or step == cfg.steps or step == self.start_step + 1:
-            self.logger.record(metrics)
+            self.logger.record({**metrics, "goodput": engine.goodput.share()})
 
     def _speed(self, step_time: float | None) -> dict:
         """Step time, throughput and MFU; None until the timing window is long enough."""

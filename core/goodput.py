@@ -116,6 +116,13 @@ class Attempt:
             temporary.write_text(json.dumps({"attempts": [*self._earlier, self.record]}) + "\n")
             temporary.replace(self.file)
 
+    def share(self) -> float:
+        """The run's goodput so far, every attempt's up to now: what each logged step's
+        record carries (metrics.jsonl, TensorBoard, wandb)."""
+        if self._earlier is None:
+            self._earlier = self._read_earlier()
+        return account([*self._earlier, {**self.record, "last": time.time()}])["goodput"]
+
     def _read_earlier(self) -> list[dict]:
         try:
             return read_attempts(self.file)

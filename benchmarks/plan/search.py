@@ -20,16 +20,24 @@ import threading
 import time
 from collections.abc import Callable
 
+import psutil
 from tqdm import tqdm
 
-from benchmarks.plan.search_space import Candidate, Space, compile_order, search_space
+from benchmarks.plan.search_space import (
+    ESTIMATE_FLOOR,
+    Candidate,
+    Space,
+    compile_order,
+    search_space,
+)
 from benchmarks.plan.search_worker import MARK
 from core import runtime
 from core.errors import UserError
 from core.table import format_bytes, format_table
 
-COMPILE_LIMIT_S = 30 * 60  # one compile past this is stopped (llama-70b unrolled: ~15 min)
+COMPILE_LIMIT_S = 30 * 60  # a compile still running after this is stopped
 MEMORY_MARGIN = 1.25  # host memory a worker may grow beyond the first compile's peak
+RECYCLE_SHARE = 0.25  # of the host's memory: a worker that grew past it is replaced
 
 
 @dataclasses.dataclass
@@ -70,6 +78,7 @@ class Outcome:
                **({"detail": self.detail} if self.detail else {})}
         if self.status == "fits":
             row.update(step_seconds=self.step_s, mfu=self.mfu,
+                       model_flops_per_chip=self.record["flops_per_chip"]["analytic_model"],
                        items_per_second_per_chip=self.items_per_second_per_chip)
         return row
 
@@ -100,6 +109,7 @@ class SearchResult:
     space: Space
     outcomes: list[Outcome]
     ruled_out: int  # candidates a compiled result made pointless
+    below_floor: int  # estimated below ESTIMATE_FLOOR of the best fitting one
     seconds: float
     jobs: int
     item: str  # what a step's items are: tokens or examples
@@ -123,7 +133,7 @@ class SearchResult:
             "model": self.model, "slice": self.tpu, "item": self.item,
             "space": {"considered": space.considered, "invalid": len(space.invalid),
                       "above_hbm_analytic": space.unfit,
-                      "below_estimate_floor": space.below_floor,
+                      "below_estimate_floor": self.below_floor,
                       "ruled_out_by_compiled": self.ruled_out, "compiled": len(self.outcomes)},
             "search_seconds": round(self.seconds, 1), "jobs": self.jobs,
             "ranked": [o.row() for o in self.ranked],
@@ -149,7 +159,8 @@ def search(model: str, tpu: str, overrides: list[str], budget_minutes: float | N
     scheduler.run(model, tpu)
     item = "tokens" if hasattr(space.planner.base.config, "seq_len") else "examples"
     result = SearchResult(model, tpu, overrides, space, scheduler.outcomes,
-                          scheduler.ruled_out, time.monotonic() - started, scheduler.allowed,
+                          scheduler.ruled_out, scheduler.below_floor,
+                          time.monotonic() - started, scheduler.allowed,
                           item)
     if not result.ranked:
         raise UserError(_nothing_fits(result, budget_minutes))
@@ -169,9 +180,14 @@ def _empty_space(model: str, tpu: str, space: Space) -> str:
 
 def _nothing_fits(result: SearchResult, budget_minutes: float | None) -> str:
     outcomes = result.outcomes
-    if all(o.status == "timed out" for o in outcomes) and budget_minutes:
+    finished = [o for o in outcomes if o.status != "timed out"]
+    if budget_minutes and not finished:
         return (f"--budget {budget_minutes:g} min ran out before the first compile of "
                 f"{result.model} for {result.tpu} finished; raise --budget")
+    if budget_minutes and len(finished) < len(outcomes):
+        return (f"--budget {budget_minutes:g} min ran out before a configuration of "
+                f"{result.model} that fits {result.tpu} was compiled ({len(finished)} "
+                "compiled, none fits); raise --budget")
     statuses = ", ".join(sorted({o.status for o in outcomes}))
     first = next((o.detail for o in outcomes if o.detail), "")
     return (f"none of the {len(outcomes)} compiled configurations of {result.model} fits "
@@ -207,8 +223,11 @@ class Worker:
             self.stop()
             return None
         if answer is None:
-            raise RuntimeError(f"the compile process ended ({self.process.wait()}): "
-                               f"{self._last_log_line()}")
+            code = self.process.wait()
+            raise RuntimeError(
+                "the compile process was killed (SIGKILL: out of host memory, most likely; "
+                "fewer --jobs or a larger machine)" if code == -9 else
+                f"the compile process ended ({code}): {self._last_log_line()}")
         return answer
 
     def _last_log_line(self) -> str:
@@ -234,7 +253,7 @@ class Scheduler:
         self.pending = list(space.candidates)
         self.in_flight: list[Candidate] = []
         self.outcomes: list[Outcome] = []
-        self.ruled_out = 0
+        self.ruled_out = self.below_floor = 0
         self.allowed = jobs or 1
         self.changed = threading.Condition()
         self.bar = tqdm(total=len(self.pending), desc="compiling", unit="config",
@@ -257,11 +276,15 @@ class Scheduler:
                 worker = worker or Worker(model, tpu)
                 started = time.monotonic()
                 try:
-                    answer = worker.compile(candidate.overrides, self._limit())
+                    answer = worker.compile((*self.space.planner.overrides,
+                                             *candidate.overrides), self._limit())
                 except RuntimeError as error:
                     worker.stop()
                     worker, answer = None, {"error": str(error)}
-                if answer is None:
+                if answer is None:  # it ran past its time: the worker was stopped
+                    worker = None
+                elif _holds_too_much(answer):
+                    worker.stop()
                     worker = None
                 self._finish(candidate, answer, time.monotonic() - started)
         finally:
@@ -298,13 +321,20 @@ class Scheduler:
                 self.changed.wait(timeout=5)
 
     def _drop_ruled_out(self) -> None:
+        """Drop what a finished compile rules out, and what is estimated below the floor of
+        the best-estimated candidate that fits (not of the best estimate: the compiler may
+        refuse that one)."""
         done = self.outcomes
         keep = [c for c in self.pending if not any(
             (o.status == "fits" and o.candidate.dominates(c))
             or (o.status == "refused" and o.candidate.refusal_implies(c)) for o in done)]
         self.ruled_out += len(self.pending) - len(keep)
-        self.bar.update(len(self.pending) - len(keep))
-        self.pending = keep
+        floor = ESTIMATE_FLOOR * max((o.candidate.items_per_second_per_chip for o in done
+                                      if o.status == "fits"), default=0.0)
+        worth = [c for c in keep if c.items_per_second_per_chip >= floor]
+        self.below_floor += len(keep) - len(worth)
+        self.bar.update(len(self.pending) - len(worth))
+        self.pending = worth
 
     def _finish(self, candidate: Candidate, answer: dict | None, seconds: float) -> None:
         if answer is None:
@@ -353,6 +383,13 @@ class Scheduler:
         self.bar.total += 1
 
 
+def _holds_too_much(answer: dict) -> bool:
+    """A worker whose peak host memory passed RECYCLE_SHARE of the machine is replaced
+    after its compile: a process keeps what it grew to, and the next compile adds to it
+    (llama-8b on v5p-128: 19 GB after one compile, killed for memory during a later one)."""
+    return answer.get("peak_host_bytes", 0) > RECYCLE_SHARE * psutil.virtual_memory().total
+
+
 def describe(result: SearchResult) -> str:
     """The ranked table, what was pruned, and the winner's `zoo train` line."""
     space = result.space
@@ -378,9 +415,12 @@ def describe(result: SearchResult) -> str:
         f"searched {space.considered} configurations of {result.model} on {result.tpu} in "
         f"{result.seconds:.0f} s ({result.jobs} compile process(es)): "
         f"{len(space.invalid)} refused by zoo train's checks, {space.unfit} above HBM "
-        f"(analytic), {space.below_floor} estimated below half the best, "
+        f"(analytic), {result.below_floor} estimated below {ESTIMATE_FLOOR:.0%} of the best "
+        "that fits, "
         f"{result.ruled_out} ruled out by compiled ones, {len(result.outcomes)} compiled",
         format_table(header, rows),
+        *(f"  {outcome.status}: {' '.join(outcome.candidate.overrides)}: {outcome.detail}"
+          for outcome in result.outcomes if outcome.status == "error"),
         "step ms and MFU: the step model's projection of the compiled program, communication "
         "exposed, loop bodies' HBM bytes counted every trip (a model, not a measurement); "
         "HBM: the compiler's total",

@@ -3,9 +3,10 @@ preset x mesh split of the slice that the user did not pin, as `zoo train` overr
 with its analytic plan and an analytic step-time estimate.
 
 The analytic plan prunes: a candidate whose analytic memory exceeds a chip's HBM cannot fit
-(the compiler's totals are higher: the analytic model leaves out what XLA's scheduling adds),
-and one whose estimated throughput is below ESTIMATE_FLOOR of the best estimate is not worth a
-compile. The estimate only orders the compiles; the compiled program ranks the winners.
+(the compiler's totals are higher: the analytic model leaves out what XLA's scheduling adds).
+Its step estimate orders the compiles, and once one compiled candidate fits, those estimated
+below ESTIMATE_FLOOR of it are not worth a compile (benchmarks/plan/search.py). The compiled
+program ranks the winners.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from core.mesh import AXES
 from core.topology import DCN_BYTES_PER_S, ICI_BYTES_PER_S
 from zoo.app.run import Run, resolve_run
 
-# candidates estimated below this share of the best are not compiled: on llama-tiny, v5p-8
+# candidates estimated below this share of the best-estimated one that fits are not compiled:
+# on llama-tiny, v5p-8
 # the estimate put tensor and 4-way context parallelism at 0.73-0.74 of pure FSDP and the
 # compiled programs at 0.52-0.75 (benchmarks/results/plan-search.md)
 ESTIMATE_FLOOR = 0.75
@@ -77,14 +79,13 @@ class Candidate:
 
 @dataclasses.dataclass
 class Space:
-    """The candidates left after analytic pruning, in compile order, and what was cut."""
+    """The candidates the analytic plan keeps, in compile order, and what it cut."""
 
     planner: Planner
     candidates: list[Candidate]
     considered: int
     invalid: list[str]  # why `zoo train`'s own checks refused some (a mesh axis that splits heads)
     unfit: int  # analytic memory above the chip's HBM
-    below_floor: int  # estimated below ESTIMATE_FLOOR of the best
     closest_unfit: Plan | None  # the plan that came closest to fitting, for the error
 
 
@@ -144,12 +145,8 @@ def search_space(model: str, tpu: str, overrides: list[str], max_batch: int) -> 
                 closest = candidate.plan
             continue
         kept.append(candidate)
-    if not kept:
-        return Space(planner, [], considered, invalid, unfit, 0, closest)
-    best = min(c.estimate_s / c.items_per_step for c in kept)
-    worth = [c for c in kept if best / (c.estimate_s / c.items_per_step) >= ESTIMATE_FLOOR]
-    worth.sort(key=compile_order)
-    return Space(planner, worth, considered, invalid, unfit, len(kept) - len(worth), closest)
+    kept.sort(key=compile_order)
+    return Space(planner, kept, considered, invalid, unfit, closest)
 
 
 def compile_order(candidate: Candidate) -> tuple:

@@ -188,6 +188,15 @@ CASES = [
     (["plan", "llama-8b", "--tpu", "v5p-128", "global_batch_size=8"],
      "global batch size 8 does not split over 16 hosts"),
     (["plan", "nosuch", "--tpu", "v4-8"], "unknown model 'nosuch'"),
+    (["plan", "llama-70b", "--tpu", "v4-8", "--search", "remat=scan_checkpoint",
+      "sharding=fsdp"], "no configuration of llama-70b fits v4-8: the smallest needs"),
+    (["plan", "llama-tiny", "--tpu", "v5p-8", "--search", "sharding=fsdp_tensor",
+      "model.num_attention_heads=1", "model.num_key_value_heads=1"],
+     "every configuration of llama-tiny on v5p-8 that the pinned keys allow is refused"),
+    (["plan", "llama-tiny", "--tpu", "v5p-8", "--budget", "5"],
+     "--budget and --jobs bound a search: add --search"),
+    (["plan", "llama-tiny", "--tpu", "v5p-8", "--search", "--compile", "--compare", "maxtext"],
+     "--search ranks zoo's own configurations: drop --compare"),
     (["topology", "nope"], "unknown slice type 'nope'"),
     # run folders and checkpoints
     # command-line usage

@@ -67,8 +67,10 @@ def test_run_writes_metrics_config_and_checkpoints(reference_run):
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == list(range(1, 13))
     for key in ("step", "loss", "lr", "grad_norm", "step_time_s", "tokens_per_s", "mfu",
-                "compiles"):
+                "compiles", "goodput"):
         assert all(key in r for r in records), key
+    # the run's productive share so far: small at step 1 (start-up, compile), then growing
+    assert 0 <= records[0]["goodput"] < records[-1]["goodput"] < 1
     assert records[-1]["loss"] < records[0]["loss"] - 0.5
     assert records[-1]["compiles"] == 1  # AdamW's state exists before the first trace
     assert (out / "config.yaml").is_file()
