@@ -93,52 +93,51 @@ def test_a_loop_bodys_memory_counts_every_trip():
     assert unrolled == pytest.approx(0.005) and scanned == pytest.approx(0.005)
 
 
-def _outcome(space, status, remat, batch, mesh=None):
-    candidate = next(c for c in space.candidates if c.remat == remat
+FSDP4 = {"data": 1, "fsdp": 4, "sequence": 1, "expert": 1, "tensor": 1}
+
+
+@pytest.fixture
+def scheduler(tiny_space):
+    scheduler = Scheduler(tiny_space, jobs=1, deadline=None)
+    yield scheduler
+    scheduler.bar.close()
+
+
+def finished(scheduler, status, remat, batch, mesh=None) -> Outcome:
+    """The fsdp candidate of this remat, batch (and mesh) compiled with `status`, as the
+    scheduler records a finished compile."""
+    candidate = next(c for c in scheduler.pending if c.remat == remat
                      and c.batch_per_device == batch
                      and (mesh is None or dict(c.mesh) == mesh) and c.sharding == "fsdp")
-    return Outcome(candidate, status, 1.0)
-
-
-def test_a_fitting_compile_rules_out_less_batch_and_more_recompute(tiny_space):
-    scheduler = Scheduler(tiny_space, jobs=1, deadline=None)
-    mesh = {"data": 1, "fsdp": 4, "sequence": 1, "expert": 1, "tensor": 1}
-    fits = _outcome(tiny_space, "fits", "none", 16, mesh)
-    scheduler.pending.remove(fits.candidate)
-    scheduler.outcomes.append(fits)
+    outcome = Outcome(candidate, status, 1.0)
+    scheduler.pending.remove(candidate)
+    scheduler.outcomes.append(outcome)
     scheduler._drop_ruled_out()
+    return outcome
+
+
+def test_a_fitting_compile_rules_out_less_batch_and_more_recompute(scheduler):
+    fits = finished(scheduler, "fits", "none", 16, FSDP4)
     same_layout = [c for c in scheduler.pending if c.group == fits.candidate.group]
     assert same_layout == []  # none at the largest batch beats the rest of its layout
     assert any(c.group != fits.candidate.group for c in scheduler.pending)
-    scheduler.bar.close()
 
 
-def test_once_one_fits_what_is_estimated_far_below_it_is_not_compiled(tiny_space):
-    scheduler = Scheduler(tiny_space, jobs=1, deadline=None)
-    fits = Outcome(scheduler.pending.pop(0), "fits", 1.0)  # the best estimate
-    scheduler.outcomes.append(fits)
-    scheduler._drop_ruled_out()
+def test_once_one_fits_what_is_estimated_far_below_it_is_not_compiled(scheduler):
+    best = scheduler.pending[0]
+    fits = finished(scheduler, "fits", best.remat, best.batch_per_device, dict(best.mesh))
     floor = ESTIMATE_FLOOR * fits.candidate.items_per_second_per_chip
     assert scheduler.below_floor > 0
     assert all(c.items_per_second_per_chip >= floor for c in scheduler.pending)
-    scheduler.bar.close()
 
 
-def test_a_refused_compile_rules_out_more_batch_and_less_fsdp_and_bisects(tiny_space):
-    scheduler = Scheduler(tiny_space, jobs=1, deadline=None)
-    fsdp4 = {"data": 1, "fsdp": 4, "sequence": 1, "expert": 1, "tensor": 1}
-    refused = _outcome(tiny_space, "refused", "none", 16, fsdp4)
-    scheduler.pending.remove(refused.candidate)
-    scheduler.outcomes.append(refused)
-    scheduler._drop_ruled_out()
+def test_a_refused_compile_rules_out_more_batch_and_less_fsdp_and_bisects(scheduler):
+    finished(scheduler, "refused", "none", 16, FSDP4)
     left = {(c.remat, c.batch_per_device, dict(c.mesh)["data"]) for c in scheduler.pending
             if c.sharding == "fsdp"}
     assert not {key for key in left if key[0] == "none" and key[1] == 16}  # data=1, 2, 4
     assert ("scan", 16, 1) in left and ("none", 8, 1) in left
-    fits = _outcome(tiny_space, "fits", "none", 8, fsdp4)
-    scheduler.pending.remove(fits.candidate)
-    scheduler.outcomes.append(fits)
+    fits = finished(scheduler, "fits", "none", 8, FSDP4)
     scheduler._bisect(fits)  # 8 fits, 16 refused: 12 is tried next
-    assert any(c.batch_per_device == 12 and c.remat == "none" and dict(c.mesh) == fsdp4
+    assert any(c.batch_per_device == 12 and c.remat == "none" and dict(c.mesh) == FSDP4
                for c in scheduler.pending)
-    scheduler.bar.close()
