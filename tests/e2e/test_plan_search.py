@@ -1,7 +1,8 @@
 """`zoo plan --search` end to end: the space pruned, the survivors compiled by libtpu for the
 slice in worker processes, the winner ranked by projected throughput, and the winner's
 printed overrides trained by `zoo train` (on virtual devices: the same mesh, presets and
-batch). The llama-8b search against the hand-picked MaxText-comparison config is slow."""
+batch). The whole llama-tiny search (5 compiles) and the llama-8b search against the
+hand-picked MaxText-comparison config are slow; the default suite compiles one candidate."""
 
 import json
 
@@ -21,6 +22,7 @@ def search(*args, timeout):
     return json.loads(result.stdout)
 
 
+@pytest.mark.slow  # 4-7 minutes on 2 cores: 5 compiles; the default suite's 20 minutes
 def test_llama_tiny_search_on_v5p_8_and_its_winner_trains(tmp_path):
     # one compile process: on 2 cores the suite's other worker holds the second
     record = search("llama-tiny", "--tpu", "v5p-8", "--jobs", "1", timeout=900)
@@ -39,19 +41,25 @@ def test_llama_tiny_search_on_v5p_8_and_its_winner_trains(tmp_path):
                   timeout=600)
     assert trained.returncode == 0, trained.stderr[-3000:]
     assert f"global_batch_size={winner['batch_per_device'] * 4}" in record["winner_overrides"]
-    assert "step 2" in trained.stdout
+    assert "done: steps 1-2" in trained.stdout
 
 
-def test_the_keys_given_reach_the_compiled_program():
-    """seq_len is not searched: the compile processes must trace it as given."""
-    record = search("llama-tiny", "--tpu", "v5p-8", "--max-batch", "1", "seq_len=128",
-                    "sharding=fsdp", "remat=none", "mesh.data=1", "mesh.fsdp=4", timeout=600)
+def test_the_keys_given_reach_the_compiled_program_and_the_winner_trains(tmp_path):
+    """seq_len is not searched: the compile processes must trace it as given; the printed
+    `zoo train` line (keys given, then the winner's) trains on virtual devices."""
+    given = ["seq_len=128", "sharding=fsdp", "remat=none", "mesh.data=1", "mesh.fsdp=4"]
+    record = search("llama-tiny", "--tpu", "v5p-8", "--max-batch", "1", *given, timeout=600)
     (row,) = record["ranked"]
     planned = make_plan(resolve_run("llama-tiny", ["tpu=v5p-8", "seq_len=128",
                                                    "global_batch_size=4"]), 0.5)
     assert row["model_flops_per_chip"] == pytest.approx(planned.flops_per_step / 4)
-    assert "seq_len=128" in record["train_command"]
-    assert record["train_command"].endswith("global_batch_size=4")
+    command = record["train_command"].split()
+    assert command[:5] == ["zoo", "train", "llama-tiny", "--tpu", "v5p-8"]
+    assert command[5:] == [*given, "global_batch_size=4"]
+    trained = zoo("train", "llama-tiny", "--tpu", "cpu-4", "--steps", "2", *command[5:],
+                  "--out", str(tmp_path / "run"), timeout=600)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    assert "done: steps 1-2" in trained.stdout
 
 
 def test_a_budget_too_small_for_one_compile_is_one_line():
