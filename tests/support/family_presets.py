@@ -1,9 +1,9 @@
 """The preset tests every family shares (tests/multidevice/test_llama_presets.py,
 test_t5_presets.py, test_vit_presets.py): parity with transformers for each of the cases'
-PARITY_CONFIGS on eager CPU and on 1 XLA CPU device (unrolled; scanned too in the slow set,
-or by default where no default preset scans), and every sharding x remat preset of the
-cases' CONFIG on 8 devices against 1. A family subclasses
-`FamilyPresetTests`, names its cases module (see preset_worker.py) and tolerances, and
+PARITY_CONFIGS on eager CPU and on 1 XLA CPU device (by default the first config, unrolled;
+scanned too where no default preset scans; every config and remat in the slow set), and
+every sharding x remat preset of the cases' CONFIG on 8 devices against 1. A family
+subclasses `FamilyPresetTests`, names its cases module (see preset_worker.py) and tolerances, and
 implements `hf_reference(config)`: transformers' loss, logits and gradients for the weights
 `FAMILY.build(config, seed=0)` and the cases' batch (a causal LM subclasses
 `CausalLMPresetTests`, which has it)."""
@@ -37,13 +37,15 @@ class FamilyPresetTests:
     def pytest_generate_tests(self, metafunc):
         names = set(metafunc.fixturenames)
         if {"parity", "xla_remat"} <= names:
-            # scanned on 1 device by default only where no default preset scans on 8 (each
-            # of those equals the unrolled 1-device run, which equals transformers)
+            # by default the first config on XLA (every config is compared on eager CPU, and
+            # the XLA graph of each is the same torch code): unrolled, and scanned only where
+            # no default preset scans on 8 devices (each of those equals the unrolled
+            # 1-device run, which equals transformers)
             first = next(iter(self.cases.PARITY_CONFIGS))
             scans_on_8 = any(r.startswith("scan") for _, r in default_presets(self.cases))
             metafunc.parametrize("parity,xla_remat", [
                 _default_or_slow((name, remat),
-                                 remat == "none" or (name == first and not scans_on_8))
+                                 name == first and (remat == "none" or not scans_on_8))
                 for name in self.cases.PARITY_CONFIGS for remat in PARITY_REMATS])
         elif "parity" in names:
             metafunc.parametrize("parity", list(self.cases.PARITY_CONFIGS))

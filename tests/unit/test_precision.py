@@ -7,8 +7,8 @@ from zoo.llama.config import LlamaConfig
 from zoo.llama.model import LlamaForCausalLM
 from zoo.tasks.causal_lm import next_token_loss
 
-STEPS = 100
-# bf16 and fp32 training of llama-tiny agree this closely after STEPS steps (measured:
+STEPS = 40  # fp32 takes the loss from 8.35 to 2.92 (it learned the rows)
+# bf16 and fp32 training of llama-tiny agree this closely after STEPS steps (measured 0.0055:
 # see test_bf16_training_follows_fp32)
 FINAL_LOSS_TOLERANCE = 0.05
 
