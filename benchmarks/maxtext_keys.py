@@ -154,9 +154,13 @@ def mesh_keys(cfg, devices: int) -> list[str]:
     dcn = cfg.mesh.dcn
     ici = [f"ici_{axis}_parallelism={sizes[axis] // dcn.get(axis, 1)}"
            for axis in SHARDING_AXES[cfg.sharding]]
-    # MaxText's mesh axes each split into an ICI and a DCN degree, as zoo's (mesh.dcn)
-    return ici + [f"dcn_{axis}_parallelism={dcn.get(axis, 1)}"
-                  for axis in SHARDING_AXES[cfg.sharding] if dcn]
+    # MaxText's mesh axes each split into an ICI and a DCN degree, as zoo's (mesh.dcn). A
+    # zoo mesh may split a physical torus axis (data=2 fsdp=128 on v6e-256's 16x16), which
+    # MaxText refuses unless allowed; where no split is needed, JAX lays the mesh out as
+    # without the flag (it splits only when no whole-axis assignment exists)
+    return [*ici, *(f"dcn_{axis}_parallelism={dcn.get(axis, 1)}"
+                    for axis in SHARDING_AXES[cfg.sharding] if dcn),
+            "allow_split_physical_axes=true"]
 
 
 def remat_keys(remat: str) -> list[str]:

@@ -38,7 +38,8 @@ def test_llama_8b_on_v5p_128_maps_shape_batch_mesh_remat_precision_and_attention
                 "per_device_batch_size=2", "gradient_accumulation_steps=1",
                 "max_target_length=8192", "ici_data_parallelism=1", "ici_fsdp_parallelism=64",
                 "remat_policy=full", "scan_layers=false", "dtype=bfloat16",
-                "weight_dtype=float32", "attention=flash", "opt_type=adamw"):
+                "weight_dtype=float32", "attention=flash", "opt_type=adamw",
+                "allow_split_physical_axes=true"):
         assert key in found, key
 
 
