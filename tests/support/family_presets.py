@@ -3,9 +3,9 @@ test_t5_presets.py, test_vit_presets.py): parity with transformers for each of t
 PARITY_CONFIGS on eager CPU and on 1 XLA CPU device (by default the first config, unrolled;
 scanned too where no default preset scans; every config and remat in the slow set), and
 every sharding x remat preset of the cases' CONFIG on 8 devices against 1. A family
-subclasses `FamilyPresetTests`, names its cases module (see preset_worker.py) and tolerances, and
-implements `hf_reference(config)`: transformers' loss, logits and gradients for the weights
-`FAMILY.build(config, seed=0)` and the cases' batch (a causal LM subclasses
+subclasses `FamilyPresetTests`, names its cases module (see preset_worker.py) and
+tolerances, and implements `hf_reference(config)`: transformers' loss, logits and gradients
+for the weights `FAMILY.build(config, seed=0)` and the cases' batch (a causal LM subclasses
 `CausalLMPresetTests`, which has it)."""
 
 import json
