@@ -11,7 +11,17 @@ pin="maxtext[tpu]==0.2.5"  # the version measured beside zoo (benchmarks/results
 venv=$(realpath -m "${ZOO_MAXTEXT_VENV:-.venv-maxtext}")
 stamp="$venv/.zoo-maxtext"
 
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$pin" ] && [ -x "$venv/bin/python" ]; then
+ready() { [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$pin" ] && [ -x "$venv/bin/python" ]; }
+if ready; then
+  echo "$venv/bin/python"
+  exit 0
+fi
+# one builder at a time: a second caller (a test, another zoo plan) waits for the first's
+# build instead of deleting the environment under it, then reuses it
+mkdir -p "$(dirname "$venv")"
+exec 9>"$venv.lock"
+flock 9
+if ready; then
   echo "$venv/bin/python"
   exit 0
 fi
