@@ -2,9 +2,9 @@
 preemptions, a VM recreated with the run in a bucket).
 
 Each process that trains the run is an attempt. It records its wall time, from the
-process's creation to its last heartbeat, split into categories; the categories' names are
-those of MaxText's goodput library (ml-goodput-measurement's `BadputType`, lower case)
-where they mean the same:
+program's start (core/program_start.py) to its last heartbeat, split into categories; the
+categories' names are those of MaxText's goodput library (ml-goodput-measurement's
+`BadputType`, lower case) where they mean the same:
 
 - `productive`: train steps that did not compile;
 - `training_prep`: process start to the first step, restore excluded: imports, the
@@ -41,6 +41,7 @@ from pathlib import Path
 
 import psutil
 
+from core import program_start
 from core.errors import UserError
 from core.json_file import DamagedFile, json_object
 from core.store.run_folder import GOODPUT as FILE
@@ -64,8 +65,9 @@ class Attempt:
 
     def __init__(self, run_dir: Path, write: bool = True):
         self.file, self.write = Path(run_dir) / FILE, write
-        # epoch seconds, as time.time(): the process's start, or its last attempt's end
-        self.started = max(psutil.Process().create_time(), _ended_here)
+        # epoch seconds, as time.time(): the program's start, or its last attempt's end
+        self.started = max(psutil.Process().create_time(), program_start.marked() or 0.0,
+                           _ended_here)
         self.record = {"id": uuid.uuid4().hex, "started": self.started, "last": self.started,
                        "resumed_from": 0, "reached": 0, "productive_at_step": {},
                        "seconds": dict.fromkeys(MEASURED, 0.0)}

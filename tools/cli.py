@@ -11,7 +11,7 @@ import os
 
 import click
 
-from core import runtime
+from core import program_start, runtime
 from core.errors import UserError
 from tools.options import FiniteRange
 from tools.tpu_commands import tpu as tpu_group
@@ -20,6 +20,7 @@ from tools.tpu_commands import tpu as tpu_group
 # missing (for gs:// paths in flax.io, which zoo never uses): noise to our users.
 logging.getLogger("absl").addFilter(
     lambda record: "Tensorflow library not found" not in record.getMessage())
+program_start.mark()  # the goodput account's start, where a shell ran other commands first
 
 
 # a disk that refuses a write: read-only, full, over quota, not permitted

@@ -3,11 +3,14 @@ to each attempt's wall time, the work a restart did again moves from productive 
 and the file an attempt keeps survives damage and earlier attempts."""
 
 import json
+import subprocess
+import sys
 
 import pytest
 
 from core import goodput
 from core.errors import UserError
+from tests.support.paths import ROOT
 
 
 def attempt(started, wall, resumed_from, reached, productive, at_step, **seconds):
@@ -85,3 +88,20 @@ def test_the_timeline_is_drawn(tmp_path):
     path = tmp_path / "goodput.png"
     goodput.plot(goodput.account([KILLED, RESUMED]), path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_an_attempt_starts_with_the_program_not_a_shell_that_ran_setup_first(tmp_path):
+    """`bash -c "./setup_vm.sh && zoo train ..."` execs zoo in the shell's own process: the
+    process was created before the setup ran, the program after (the command line marks
+    it). Here the shell sleeps 2 s first."""
+    program = ("import sys, time; from core import goodput, program_start; {mark}"
+               "attempt = goodput.Attempt(sys.argv[1], write=False); "
+               "print(time.time() - attempt.started)")
+    ages = []
+    for mark in ("", "program_start.mark(); "):
+        shell = f'sleep 2 && {sys.executable} -c "{program.format(mark=mark)}" {tmp_path}'
+        result = subprocess.run(["bash", "-c", shell], capture_output=True, text=True,
+                                cwd=ROOT, check=True)
+        ages.append(float(result.stdout))
+    unmarked, marked = ages
+    assert unmarked >= 2.0 > 1.0 > marked  # the shell's sleep: counted only without the mark
