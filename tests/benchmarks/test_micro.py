@@ -19,8 +19,9 @@ import torch  # noqa: E402
 
 from core.attention import causal_attention  # noqa: E402
 from core.backends.xla.runtime import device, sync_and_wait  # noqa: E402
+from zoo.common.feed_forward import SwiGLU  # noqa: E402
 from zoo.llama.config import LlamaConfig  # noqa: E402
-from zoo.llama.model import LlamaDecoderLayer, LlamaMLP  # noqa: E402
+from zoo.llama.model import LlamaDecoderLayer  # noqa: E402
 
 CONFIG = LlamaConfig()  # llama-tiny: hidden 256, 8 heads, 4 KV heads
 BATCH, SEQ = 8, 256
@@ -50,7 +51,7 @@ def test_attention(benchmark, impl):
 
 
 def test_mlp_block(benchmark):
-    mlp = LlamaMLP(CONFIG).to(device())
+    mlp = SwiGLU(CONFIG).to(device())
     benchmark(device_step(mlp, xla(BATCH, SEQ, CONFIG.hidden_size)))
 
 

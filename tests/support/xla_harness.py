@@ -90,7 +90,7 @@ def sharded_loss_and_grads(model, loss_fn, inputs: dict, rules, remat, mesh_conf
         "hlo_has_scan": "while" in hlo,  # scan lowers to an XLA while loop
         "hlo_has_remat": "opt-barrier" in hlo,  # torch_xla checkpoint fences its recompute
         # a scatter of single elements, which libtpu charges thousands of times its bytes:
-        # what F.one_hot and the backward of gather and topk lower to (zoo/mixtral/moe.py's
+        # what F.one_hot and the backward of gather and topk lower to (zoo/common/masks.py's
         # one_hot and picked); an embedding's backward scatters whole rows, which is cheap
         "hlo_has_element_scatter": re.search(r" scatter\([^\n]*update_window_dims=\{\}",
                                              hlo) is not None,

@@ -11,8 +11,9 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from zoo.app.run import resolve_run
+from zoo.common.decoder_costs import forward_flops
 from zoo.llama.config import LlamaConfig
-from zoo.llama.family import FAMILY, forward_flops
+from zoo.llama.family import FAMILY
 
 CONFIGS = {
     "mha": LlamaConfig(vocab_size=512, hidden_size=64, intermediate_size=160,

@@ -12,7 +12,7 @@ from tests.support.paths import ROOT
 
 # lower first: a module may import its own floor or a lower one; a module's floor is that of
 # the longest name here that prefixes it (zoo.tasks.x is on zoo.tasks', zoo.llama.x on zoo's)
-LAYERS = ("core", "zoo.tasks", "zoo", "zoo.app", ("benchmarks", "eval"), "tools")
+LAYERS = ("core", "zoo.common", "zoo.tasks", "zoo", "zoo.app", ("benchmarks", "eval"), "tools")
 PACKAGES = ("core", "zoo", "benchmarks", "eval", "tools")
 XLA_FOLDER = ROOT / "core" / "backends" / "xla"
 
@@ -102,6 +102,21 @@ def rooms_of(package: str, edges: dict[str, set[str]]) -> dict[str, set[str]]:
 def test_imports_point_down_the_floors():
     upward = [(a, b) for a, targets in graph().items() for b in targets if layer(b) > layer(a)]
     assert not upward, upward
+
+
+def test_no_family_imports_another():
+    """A family (a zoo/<name>/ folder holding family.py, as the registry finds them) builds on
+    core, zoo.common and zoo.tasks: a change to one family is a change to it alone."""
+    families = {path.parent.name for path in (ROOT / "zoo").glob("*/family.py")}
+    assert {"llama", "mixtral", "deepseek3"} <= families, families
+
+    def family_of(module):
+        parts = module.split(".")
+        return parts[1] if parts[0] == "zoo" and len(parts) > 1 and parts[1] in families else None
+
+    crossing = sorted(f"{a} imports {b}" for a, targets in graph().items() for b in targets
+                      if family_of(a) and family_of(b) not in (None, family_of(a)))
+    assert not crossing, crossing
 
 
 def test_no_room_imports_its_own_package_door():

@@ -11,7 +11,8 @@ from torch import nn
 
 from core.attention import causal_attention
 from core.remat import checkpoint_name
-from zoo.llama.model import LlamaRMSNorm, apply_rope
+from zoo.common.norms import RMSNorm
+from zoo.common.rope import apply_rope
 
 
 def apply_interleaved_rope(x, cos, sin):
@@ -36,12 +37,12 @@ class MultiHeadLatentAttention(nn.Module):
         hidden, q_dim = config.hidden_size, self.heads * (self.nope + self.rope)
         if config.q_lora_rank:
             self.q_a_proj = nn.Linear(hidden, config.q_lora_rank, bias=False)
-            self.q_a_layernorm = LlamaRMSNorm(config.q_lora_rank, config.rms_norm_eps)
+            self.q_a_layernorm = RMSNorm(config.q_lora_rank, config.rms_norm_eps)
             self.q_b_proj = nn.Linear(config.q_lora_rank, q_dim, bias=False)
         else:
             self.q_proj = nn.Linear(hidden, q_dim, bias=False)
         self.kv_a_proj_with_mqa = nn.Linear(hidden, self.kv_rank + self.rope, bias=False)
-        self.kv_a_layernorm = LlamaRMSNorm(self.kv_rank, config.rms_norm_eps)
+        self.kv_a_layernorm = RMSNorm(self.kv_rank, config.rms_norm_eps)
         self.kv_b_proj = nn.Linear(self.kv_rank, self.heads * (self.nope + self.v_dim),
                                    bias=False)
         self.o_proj = nn.Linear(self.heads * self.v_dim, hidden, bias=False)

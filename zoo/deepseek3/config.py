@@ -1,4 +1,4 @@
-"""DeepSeek-V3 configuration: Mixtral's routed-expert fields (zoo/mixtral/config.py:
+"""DeepSeek-V3 configuration: the routed-expert fields (zoo/common/moe_config.py:
 dispatch, capacity, expert parallelism) plus multi-head latent attention, shared experts,
 grouped sigmoid routing and the first dense layers; convertible to and from Hugging Face
 `DeepseekV3Config`, whose names differ where noted."""
@@ -9,7 +9,8 @@ import dataclasses
 import math
 
 from core.config import check_sizes, same_named
-from zoo.mixtral.config import MixtralConfig
+from zoo.common.decoder_config import eos_from_hf
+from zoo.common.moe_config import MoeConfig
 
 # transformers' name -> ours, where they differ
 HF_RENAMED = {"n_routed_experts": "num_local_experts", "moe_intermediate_size": "intermediate_size",
@@ -17,7 +18,7 @@ HF_RENAMED = {"n_routed_experts": "num_local_experts", "moe_intermediate_size": 
 
 
 @dataclasses.dataclass
-class DeepseekV3Config(MixtralConfig):
+class DeepseekV3Config(MoeConfig):
     vocab_size: int = 4096
     hidden_size: int = 256
     intermediate_size: int = 64  # per routed expert (transformers' moe_intermediate_size)
@@ -126,12 +127,11 @@ class DeepseekV3Config(MixtralConfig):
                     "rope_beta_slow": float(rope.get("beta_slow", 1.0)),
                     "rope_mscale": float(rope.get("mscale") or 1.0),
                     "rope_mscale_all_dim": float(rope.get("mscale_all_dim") or 0.0)}
-        eos = hf.eos_token_id[0] if isinstance(hf.eos_token_id, list) else hf.eos_token_id
         return cls(**same_named(hf, HF_SAME_NAMES),
                    **{ours: getattr(hf, theirs) for theirs, ours in HF_RENAMED.items()},
                    q_lora_rank=hf.q_lora_rank or 0,
                    rope_theta=float(rope.get("rope_theta", 10000.0)), **yarn,
-                   tie_word_embeddings=bool(hf.tie_word_embeddings), eos_token_id=eos)
+                   tie_word_embeddings=bool(hf.tie_word_embeddings), eos_token_id=eos_from_hf(hf))
 
 
 HF_SAME_NAMES = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",

@@ -5,12 +5,12 @@ from pathlib import Path
 from core.decoder_shape import DecoderShape
 from core.memory import decoder_stack_activation_bytes
 from core.task import RunConfig
+from zoo.common.attention_kernel import for_slice
 from zoo.deepseek3.config import SIZES, DeepseekV3Config
 from zoo.deepseek3.hf import config_from_hf, load_hf
 from zoo.deepseek3.model import DeepseekV3ForCausalLM
-from zoo.llama.family import for_slice
-from zoo.mixtral.task import MOE_CAUSAL_LM
 from zoo.registry import ModelFamily
+from zoo.tasks.moe_causal_lm import MOE_CAUSAL_LM
 
 
 def forward_flops(run: RunConfig, causal: bool = True) -> float:

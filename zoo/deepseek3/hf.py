@@ -1,7 +1,8 @@
 """Hugging Face DeepSeek-V3 checkpoints in: transformers' layout (experts stacked) and the
 Hub's (each expert's gate_proj, up_proj, down_proj apart, as Qwen3-MoE's), loaded through
-mixtral's stacking. The Hub's multi-token-prediction layer (past num_hidden_layers) is left
-out, as transformers leaves it; FP8 checkpoints (quantization_config) are refused."""
+zoo/common/hf_experts.py's stacking. The Hub's multi-token-prediction layer (past
+num_hidden_layers) is left out, as transformers leaves it; FP8 checkpoints
+(quantization_config) are refused."""
 
 from __future__ import annotations
 
@@ -9,9 +10,8 @@ import re
 
 from core.errors import UserError
 from core.hf import load_state, local_dir, read_config, read_safetensors
+from zoo.common.hf_experts import GATE_UP_DOWN_EXPERTS, stack_experts
 from zoo.deepseek3.config import DeepseekV3Config
-from zoo.mixtral.hf import stack_experts
-from zoo.qwen3moe.hf import QWEN3_MOE_EXPERTS
 
 LAYER = re.compile(r"model\.layers\.(\d+)\.")
 
@@ -30,6 +30,6 @@ def load_hf(model, name_or_path: str) -> None:
     """Copy an HF DeepseekV3ForCausalLM checkpoint (either layout) into `model`."""
     layers = model.config.num_hidden_layers
     state = {name: value for name, value in stack_experts(
-        read_safetensors(local_dir(name_or_path)), QWEN3_MOE_EXPERTS).items()
+        read_safetensors(local_dir(name_or_path)), GATE_UP_DOWN_EXPERTS).items()
         if not ((match := LAYER.match(name)) and int(match[1]) >= layers)}
     load_state(model, state, name_or_path)

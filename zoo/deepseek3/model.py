@@ -1,7 +1,7 @@
 """DeepSeek-V3: multi-head latent attention (attention.py) in every layer; the first
-`first_k_dense_replace` layers' MLP a dense SwiGLU, the others DeepSeekMoE (moe.py). Mixtral's
-model around them (zoo/mixtral/model.py: router statistics, the load-balancing loss term,
-dispatch); parameter names equal transformers' `DeepseekV3ForCausalLM`.
+`first_k_dense_replace` layers' MLP a dense SwiGLU, the others DeepSeekMoE (moe.py). The
+mixture-of-experts model around them (zoo/common/moe_decoder.py: router statistics, the
+load-balancing loss term, dispatch); parameter names equal transformers' `DeepseekV3ForCausalLM`.
 
 The dense layers differ from the routed ones: under scan they run unrolled before the scan
 of the routed layers (core/remat.py LayerStack's alike tail)."""
@@ -12,12 +12,14 @@ import torch
 from torch import nn
 
 from core.remat import LayerStack
+from zoo.common.embedding import TokenEmbedding
+from zoo.common.feed_forward import SwiGLU
+from zoo.common.moe_decoder import MoeDecoderModel, MoeForCausalLM
+from zoo.common.norms import RMSNorm
 from zoo.deepseek3.attention import MultiHeadLatentAttention
 from zoo.deepseek3.config import DeepseekV3Config
 from zoo.deepseek3.moe import DeepseekMoE, SigmoidGroupRouter
 from zoo.deepseek3.rope import rope_frequencies
-from zoo.llama.model import LlamaMLP, LlamaRMSNorm, TokenEmbedding
-from zoo.mixtral.model import MixtralForCausalLM, MixtralModel
 
 
 class DeepseekV3DecoderLayer(nn.Module):
@@ -28,10 +30,10 @@ class DeepseekV3DecoderLayer(nn.Module):
     def __init__(self, config: DeepseekV3Config, routed: bool):
         super().__init__()
         self.self_attn = MultiHeadLatentAttention(config)
-        self.mlp = DeepseekMoE(config) if routed else LlamaMLP(
+        self.mlp = DeepseekMoE(config) if routed else SwiGLU(
             config, config.dense_intermediate_size)
-        self.input_layernorm = LlamaRMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.post_attention_layernorm = LlamaRMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.stats_width = 2 * config.num_local_experts + 1
 
     def forward(self, x, cos, sin, segment_ids=None):
@@ -42,14 +44,14 @@ class DeepseekV3DecoderLayer(nn.Module):
         return x + out, x.new_zeros(self.stats_width, dtype=torch.float32)
 
 
-class DeepseekV3Model(MixtralModel):
+class DeepseekV3Model(MoeDecoderModel):
     def __init__(self, config: DeepseekV3Config):
-        nn.Module.__init__(self)  # its own layers and rotary frequencies, mixtral's forward
+        nn.Module.__init__(self)  # its own layers and rotary frequencies, the MoE forward
         self.first_routed, self.experts = config.first_k_dense_replace, config.num_local_experts
         self.embed_tokens = TokenEmbedding(config.vocab_size, config.hidden_size)
         self.layers = LayerStack([DeepseekV3DecoderLayer(config, i >= self.first_routed)
                                   for i in range(config.num_hidden_layers)])
-        self.norm = LlamaRMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         inv_freq, self.rope_attention_factor = rope_frequencies(config)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
@@ -77,6 +79,6 @@ class DeepseekV3Model(MixtralModel):
         return cos * self.rope_attention_factor, sin * self.rope_attention_factor
 
 
-class DeepseekV3ForCausalLM(MixtralForCausalLM):
+class DeepseekV3ForCausalLM(MoeForCausalLM):
     model_cls = DeepseekV3Model
 

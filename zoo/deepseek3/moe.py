@@ -1,4 +1,4 @@
-"""DeepSeekMoE: fine-grained routed experts (mixtral's stacked experts and dispatch) plus
+"""DeepSeekMoE: fine-grained routed experts (zoo/common/moe.py's stacked experts and dispatch) plus
 shared experts every token runs through, routed by sigmoid scores: each token's experts
 are chosen among its best `topk_group` of `n_group` expert groups by score plus a per-expert
 bias (`e_score_correction_bias`, what auxiliary-loss-free balancing moves), and weighted by
@@ -19,8 +19,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from zoo.llama.model import LlamaMLP
-from zoo.mixtral.moe import MixtralSparseMoeBlock, one_hot, picked
+from zoo.common.feed_forward import SwiGLU
+from zoo.common.masks import one_hot, picked
+from zoo.common.moe import SparseMoeBlock
 
 
 class SigmoidGroupRouter(nn.Module):
@@ -37,7 +38,7 @@ class SigmoidGroupRouter(nn.Module):
         self.register_buffer("expert_load", torch.zeros(experts), persistent=False)
 
     def forward(self, x):
-        """(fp32 scores [..., E], top-k expert ids, their weights), as MixtralRouter's."""
+        """(fp32 scores [..., E], top-k expert ids, their weights), as zoo/common's TopKRouter's."""
         scores = F.linear(x.float(), self.weight.float()).sigmoid()
         biased = scores + self.e_score_correction_bias
         by_group = biased.unflatten(-1, (self.groups, -1))
@@ -77,14 +78,15 @@ class SigmoidGroupRouter(nn.Module):
         self.expert_load.zero_()
 
 
-class DeepseekMoE(MixtralSparseMoeBlock):
-    """Mixtral's routed block with DeepSeek's router, plus the shared experts (one SwiGLU
-    of n_shared_experts x the expert width)."""
+class DeepseekMoE(SparseMoeBlock):
+    """The routed block with DeepSeek's router, plus the shared experts (one SwiGLU of
+    n_shared_experts x the expert width)."""
+
+    router_cls = SigmoidGroupRouter
 
     def __init__(self, config):
         super().__init__(config)
-        self.gate = SigmoidGroupRouter(config)
-        self.shared_experts = LlamaMLP(config, config.intermediate_size * config.n_shared_experts)
+        self.shared_experts = SwiGLU(config, config.intermediate_size * config.n_shared_experts)
 
     def forward(self, x):
         y, stats = super().forward(x)

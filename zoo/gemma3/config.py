@@ -1,20 +1,21 @@
-"""Gemma 3 (text) configuration: Llama's fields (zoo/llama/config.py) plus what Gemma 3
-adds (local layers' window and rotary base, the global layers' linear rope factor, the query
-scale), its published shapes; convertible to and from Hugging Face `Gemma3TextConfig`."""
+"""Gemma 3 (text) configuration: the decoder's fields (zoo/common/decoder_config.py) plus
+what Gemma 3 adds (local layers' window and rotary base, the global layers' linear rope
+factor, the query scale), its published shapes; convertible to and from Hugging Face
+`Gemma3TextConfig`."""
 
 from __future__ import annotations
 
 import dataclasses
 
 from core.config import check_sizes, same_named
-from zoo.llama.config import HF_SAME_NAMES as LLAMA_SAME_NAMES
-from zoo.llama.config import LlamaConfig
+from zoo.common.decoder_config import HF_SAME_NAMES as DECODER_SAME_NAMES
+from zoo.common.decoder_config import DecoderConfig, eos_from_hf
 
 LOCAL, GLOBAL = "sliding_attention", "full_attention"  # transformers' layer types
 
 
 @dataclasses.dataclass
-class Gemma3Config(LlamaConfig):
+class Gemma3Config(DecoderConfig):
     vocab_size: int = 4096
     hidden_size: int = 256
     intermediate_size: int = 512
@@ -91,8 +92,7 @@ class Gemma3Config(LlamaConfig):
         config = cls(**same_named(hf, HF_SAME_NAMES), head_dim=hf.head_dim,
                      sliding_window_pattern=pattern, **_rope_fields(hf.rope_parameters),
                      tie_word_embeddings=bool(hf.tie_word_embeddings),
-                     eos_token_id=(hf.eos_token_id[0] if isinstance(hf.eos_token_id, list)
-                                   else hf.eos_token_id))
+                     eos_token_id=eos_from_hf(hf))
         if config.layer_types != layer_types:
             raise ValueError("layer_types must repeat one pattern (local layers, then a global "
                              f"one), as released Gemma 3 models do; got {layer_types}")
@@ -111,7 +111,7 @@ def _rope_fields(rope: dict) -> dict:
             "rope_local_theta": float(local["rope_theta"])}
 
 
-HF_SAME_NAMES = (*LLAMA_SAME_NAMES, "num_key_value_heads", "sliding_window",
+HF_SAME_NAMES = (*DECODER_SAME_NAMES, "num_key_value_heads", "sliding_window",
                  "query_pre_attn_scalar")
 
 

@@ -1,14 +1,15 @@
-"""Registry entry for the Gemma 3 (text) family: llama's FLOPs and memory (the extra norms
-add no matmul; local layers' masked keys are computed, so counted), plain attention on
-every backend (zoo/gemma3/model.py says why)."""
+"""Registry entry for the Gemma 3 (text) family: the decoder's FLOPs and memory (zoo/common;
+the extra norms add no matmul; local layers' masked keys are computed, so counted), plain
+attention on every backend (zoo/gemma3/model.py says why)."""
 
 from pathlib import Path
 
+from zoo.common.attention_kernel import for_slice
+from zoo.common.decoder_costs import activation_bytes, forward_flops
+from zoo.common.hf_weights import load_hf
 from zoo.gemma3.config import SIZES, Gemma3Config
 from zoo.gemma3.hf import config_from_hf
 from zoo.gemma3.model import Gemma3ForCausalLM
-from zoo.llama.family import activation_bytes, for_slice, forward_flops
-from zoo.llama.hf import load_hf
 from zoo.registry import ModelFamily
 from zoo.tasks.causal_lm import CAUSAL_LM
 

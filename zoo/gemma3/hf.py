@@ -1,5 +1,5 @@
 """Hugging Face Gemma 3 config.json -> Gemma3Config. The weights' names are transformers'
-own, so llama's loader reads them (zoo/llama/hf.py)."""
+own, so zoo/common/hf_weights.py loads them."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Gemma 3 (text): Llama's decoder (zoo/llama/model.py) with Gemma's differences, parameter
-names equal to transformers' `Gemma3ForCausalLM`:
+"""Gemma 3 (text): zoo/common's decoder with Gemma's differences, parameter names equal to
+transformers' `Gemma3ForCausalLM`:
 
 - RMS norms scale by (1 + weight), in fp32, weights starting at zero;
 - each layer norms its attention and MLP outputs as well as their inputs (four norms);
@@ -13,8 +13,9 @@ names equal to transformers' `Gemma3ForCausalLM`:
 A layer's window is a buffer, so the layers stay alike to a scan, which slices the buffer
 per layer as it does the weights (core/remat.py). Attention is the masked product on every
 backend: the keys outside a local layer's window are computed and masked, and the FLOP count
-(llama's) counts them, as executed. torch_xla's splash kernel takes a window, but a static
-one, which a scanned layer's data is not (docs/models.md)."""
+(the decoder's, zoo/common/decoder_costs.py) counts them, as executed. torch_xla's splash
+kernel takes a window, but a static one, which a scanned layer's data is not
+(docs/models.md)."""
 
 from __future__ import annotations
 
@@ -24,13 +25,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from zoo.common.attention import QKNormAttention
+from zoo.common.decoder import DecoderForCausalLM, DecoderModel
+from zoo.common.feed_forward import SwiGLU
 from zoo.gemma3.config import GLOBAL, Gemma3Config
-from zoo.llama.model import (
-    LlamaAttention,
-    LlamaForCausalLM,
-    LlamaMLP,
-    LlamaModel,
-)
 
 
 class Gemma3RMSNorm(nn.Module):
@@ -46,21 +44,22 @@ class Gemma3RMSNorm(nn.Module):
         return (x32 * (1.0 + self.weight.float())).to(x.dtype)
 
 
-class Gemma3Attention(LlamaAttention):
+class Gemma3Attention(QKNormAttention):
+    norm_cls = Gemma3RMSNorm
+
     def __init__(self, config: Gemma3Config):
         super().__init__(config)
-        self.q_norm = Gemma3RMSNorm(self.head_dim, config.rms_norm_eps)
-        self.k_norm = Gemma3RMSNorm(self.head_dim, config.rms_norm_eps)
         # causal_attention scales by head_dim**-0.5; the queries make up the difference
         self.query_scale = math.sqrt(self.head_dim / config.query_pre_attn_scalar)
 
     def heads_qkv(self, x):
         q, k, v = super().heads_qkv(x)
-        q = self.q_norm(q)
-        return (q * self.query_scale if self.query_scale != 1.0 else q), self.k_norm(k), v
+        return (q * self.query_scale if self.query_scale != 1.0 else q), k, v
 
 
-class Gemma3MLP(LlamaMLP):
+class Gemma3MLP(SwiGLU):
+    """GeGLU: SwiGLU's matrices with tanh-approximated GELU."""
+
     def forward(self, x):
         return self.down_proj(F.gelu(self.gate_proj(x), approximate="tanh") * self.up_proj(x))
 
@@ -88,10 +87,12 @@ class Gemma3DecoderLayer(nn.Module):
         return x + self.post_feedforward_layernorm(mlp)
 
 
-class Gemma3Model(LlamaModel):
+class Gemma3Model(DecoderModel):
+    layer_cls = Gemma3DecoderLayer
+    norm_cls = Gemma3RMSNorm
+
     def __init__(self, config: Gemma3Config):
-        super().__init__(config, Gemma3DecoderLayer)
-        self.norm = Gemma3RMSNorm(config.hidden_size, config.rms_norm_eps)
+        super().__init__(config)
         self.hidden_size = config.hidden_size
         for layer, kind in zip(self.layers, config.layer_types):
             layer.attention_window.fill_(0 if kind == GLOBAL else config.sliding_window)
@@ -113,11 +114,12 @@ class Gemma3Model(LlamaModel):
         return tables if segment_ids is None else (*tables, segment_ids)
 
 
-class Gemma3ForCausalLM(LlamaForCausalLM):
+class Gemma3ForCausalLM(DecoderForCausalLM):
     model_cls = Gemma3Model
 
     def init_weights(self, seed: int = 0) -> None:
-        """Llama's scheme, with norm weights at zero ((1 + weight) scaling, as transformers)."""
+        """The decoder's scheme, with norm weights at zero ((1 + weight) scaling, as
+        transformers)."""
         super().init_weights(seed)
         with torch.no_grad():
             for name, param in self.named_parameters():

@@ -1,81 +1,16 @@
-"""Llama 3 style decoder configuration, convertible to and from Hugging Face `LlamaConfig`."""
+"""Llama 3 style decoder configuration (zoo/common/decoder_config.py's fields), Llama's
+published shapes; convertible to and from Hugging Face `LlamaConfig`."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from core.config import check_sizes, same_named
+from core.config import same_named
+from zoo.common.decoder_config import HF_SAME_NAMES, DecoderConfig, RopeScaling, eos_from_hf
 
 
 @dataclasses.dataclass
-class RopeScaling:
-    """Llama 3.1 frequency-dependent RoPE scaling (HF rope_type "llama3")."""
-
-    factor: float = 8.0
-    low_freq_factor: float = 1.0
-    high_freq_factor: float = 4.0
-    original_max_position_embeddings: int = 8192
-
-
-@dataclasses.dataclass
-class LlamaConfig:
-    vocab_size: int = 4096
-    hidden_size: int = 256
-    intermediate_size: int = 768
-    num_hidden_layers: int = 4
-    num_attention_heads: int = 8
-    num_key_value_heads: int = 4
-    head_dim: int | None = None  # default hidden_size // num_attention_heads
-    rms_norm_eps: float = 1e-5
-    rope_theta: float = 500000.0
-    rope_scaling: RopeScaling | None = None
-    max_position_embeddings: int = 8192
-    tie_word_embeddings: bool = False
-    initializer_range: float = 0.02
-    # "auto": Pallas flash attention on TPU, plain softmax attention elsewhere or when the
-    # sequence is split over devices (the kernel splits batch and heads only), decided when
-    # the run is built (family.for_slice); a model built from "auto" directly runs plain.
-    attention: str = "auto"
-    # Positions per sequence whose logits the training loss holds at once: a longer
-    # sequence's loss runs in chunks, each recomputed in backward. 0 (default): never chunk.
-    # Off because it did not pay where measured: llama-8b on v5p-128 at 128 x 8192 went from
-    # 19.4 to 26.1 GiB per chip (each chunk all-reduces a whole LM-head gradient).
-    loss_chunk_tokens: int = 0
-    bos_token_id: int | None = None
-    eos_token_id: int | None = None
-    pad_token_id: int | None = None
-
-    def __post_init__(self):
-        check_sizes(self, counts=("vocab_size", "hidden_size", "intermediate_size",
-                                  "num_hidden_layers", "num_attention_heads",
-                                  "num_key_value_heads", "head_dim", "max_position_embeddings"),
-                    positive=("rms_norm_eps", "rope_theta"))
-        if self.num_attention_heads % self.num_key_value_heads:
-            raise ValueError(
-                f"model.num_attention_heads ({self.num_attention_heads}) must be a multiple of "
-                f"model.num_key_value_heads ({self.num_key_value_heads})"
-            )
-        if self.loss_chunk_tokens < 0:
-            raise ValueError(f"model.loss_chunk_tokens must be >= 0, not {self.loss_chunk_tokens}")
-        if self.attention not in ("auto", "plain", "flash"):
-            raise ValueError(f"model.attention must be auto, plain or flash, not {self.attention}")
-
-    def mesh_divides(self) -> dict[str, dict[str, int]]:
-        """Mesh axis -> the sizes it splits under this family's presets, which it must divide."""
-        return {"tensor": {"model.num_attention_heads": self.num_attention_heads,
-                           "model.num_key_value_heads": self.num_key_value_heads,
-                           "model.intermediate_size": self.intermediate_size}}
-
-    def uses_flash(self, on_tpu: bool, sequence_split: bool = False) -> bool:
-        """Whether attention runs the Pallas flash kernel (`auto`: on a TPU, unless the
-        sequence is split over devices)."""
-        return self.attention == "flash" or (
-            self.attention == "auto" and on_tpu and not sequence_split)
-
-    @property
-    def dim_per_head(self) -> int:
-        return self.head_dim or self.hidden_size // self.num_attention_heads
-
+class LlamaConfig(DecoderConfig):
     def to_hf(self):
         """The equivalent `transformers.LlamaConfig` (for export and parity tests)."""
         from transformers import LlamaConfig as HFLlamaConfig  # transformers
@@ -106,7 +41,6 @@ class LlamaConfig:
             scaling = RopeScaling(**{k: v for k, v in rope.items() if k in fields})
         elif rope.get("rope_type", "default") not in ("default", None):
             raise ValueError(f"unsupported rope type {rope.get('rope_type')!r}: default or llama3")
-        eos = hf.eos_token_id[0] if isinstance(hf.eos_token_id, list) else hf.eos_token_id
         return cls(
             **same_named(hf, HF_SAME_NAMES),
             num_key_value_heads=hf.num_key_value_heads or hf.num_attention_heads,
@@ -114,14 +48,8 @@ class LlamaConfig:
             rope_theta=float(theta),
             rope_scaling=scaling,
             tie_word_embeddings=bool(hf.tie_word_embeddings),
-            eos_token_id=eos,
+            eos_token_id=eos_from_hf(hf),
         )
-
-
-# Fields with the same name and meaning in transformers' LlamaConfig; the rest are converted.
-HF_SAME_NAMES = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-                 "num_attention_heads", "rms_norm_eps", "max_position_embeddings",
-                 "bos_token_id", "pad_token_id")
 
 
 def _llama3(hidden, intermediate, layers, heads, head_dim, tied, rope_factor) -> LlamaConfig:

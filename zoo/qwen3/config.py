@@ -1,17 +1,17 @@
-"""Qwen3 (dense) configuration: Llama's fields (zoo/llama/config.py), Qwen3's defaults and
-published shapes; convertible to and from Hugging Face `Qwen3Config`."""
+"""Qwen3 (dense) configuration: the decoder's fields (zoo/common/decoder_config.py), Qwen3's
+defaults and published shapes; convertible to and from Hugging Face `Qwen3Config`."""
 
 from __future__ import annotations
 
 import dataclasses
 
 from core.config import same_named
-from zoo.llama.config import HF_SAME_NAMES as LLAMA_SAME_NAMES
-from zoo.llama.config import LlamaConfig
+from zoo.common.decoder_config import HF_SAME_NAMES as DECODER_SAME_NAMES
+from zoo.common.decoder_config import DecoderConfig, qwen3_fields_from_hf
 
 
 @dataclasses.dataclass
-class Qwen3Config(LlamaConfig):
+class Qwen3Config(DecoderConfig):
     head_dim: int | None = 64  # Qwen3 sets it apart from hidden / heads (128 at every size)
     rms_norm_eps: float = 1e-6
     rope_theta: float = 1e6
@@ -37,23 +37,7 @@ class Qwen3Config(LlamaConfig):
         return cls(**same_named(hf, HF_SAME_NAMES), **qwen3_fields_from_hf(hf))
 
 
-def qwen3_fields_from_hf(hf) -> dict:
-    """What Qwen3's transformers configs (dense and MoE) hold under other names or forms;
-    the sliding window (which no released Qwen3 turns on) and scaled rope types (YaRN, for
-    contexts past 32k) are refused."""
-    if getattr(hf, "use_sliding_window", False):
-        raise ValueError("use_sliding_window=true is not supported (no released Qwen3 uses it)")
-    rope = dict(getattr(hf, "rope_parameters", None) or {})
-    if rope.get("rope_type", "default") != "default":
-        raise ValueError(f"unsupported rope type {rope['rope_type']!r}: default only "
-                         "(remove rope_scaling from config.json for contexts up to 32k)")
-    eos = hf.eos_token_id[0] if isinstance(hf.eos_token_id, list) else hf.eos_token_id
-    return {"head_dim": hf.head_dim,
-            "rope_theta": float(rope.get("rope_theta", getattr(hf, "rope_theta", 1e6))),
-            "tie_word_embeddings": bool(hf.tie_word_embeddings), "eos_token_id": eos}
-
-
-HF_SAME_NAMES = (*LLAMA_SAME_NAMES, "num_key_value_heads")
+HF_SAME_NAMES = (*DECODER_SAME_NAMES, "num_key_value_heads")
 
 
 def _qwen3(hidden, intermediate, layers, heads, tied) -> Qwen3Config:

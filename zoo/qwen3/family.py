@@ -1,10 +1,11 @@
-"""Registry entry for the Qwen3 (dense) family: llama's FLOPs, memory and slice choices (the
-per-head norms add no matmul)."""
+"""Registry entry for the Qwen3 (dense) family: the decoder's FLOPs, memory and slice
+choices (zoo/common; the per-head norms add no matmul)."""
 
 from pathlib import Path
 
-from zoo.llama.family import activation_bytes, for_slice, forward_flops
-from zoo.llama.hf import load_hf
+from zoo.common.attention_kernel import for_slice
+from zoo.common.decoder_costs import activation_bytes, forward_flops
+from zoo.common.hf_weights import load_hf
 from zoo.qwen3.config import SIZES, Qwen3Config
 from zoo.qwen3.hf import config_from_hf
 from zoo.qwen3.model import Qwen3ForCausalLM

@@ -1,5 +1,5 @@
 """Hugging Face Qwen3 config.json -> Qwen3Config. The weights' names are transformers' own,
-so llama's loader reads them (zoo/llama/hf.py)."""
+so zoo/common/hf_weights.py loads them."""
 
 from __future__ import annotations
 

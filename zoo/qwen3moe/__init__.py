@@ -1,1 +1,1 @@
-"""Qwen3-MoE: mixtral's routed experts (zoo/mixtral) under qwen3's attention (zoo/qwen3)."""
+"""Qwen3-MoE: zoo/common's routed experts under QK-norm attention (Qwen3's)."""

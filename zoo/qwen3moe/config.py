@@ -1,25 +1,27 @@
-"""Qwen3-MoE configuration: Mixtral's fields (zoo/mixtral/config.py: routing, capacity,
-expert parallelism) with Qwen3's defaults and published shapes; convertible to and from
-Hugging Face `Qwen3MoeConfig`, whose names differ (num_experts, moe_intermediate_size)."""
+"""Qwen3-MoE configuration: the mixture-of-experts decoder's fields (zoo/common/moe_config.py:
+routing, capacity, expert parallelism) with Qwen3's defaults and published shapes;
+convertible to and from Hugging Face `Qwen3MoeConfig`, whose names differ (num_experts,
+moe_intermediate_size)."""
 
 from __future__ import annotations
 
 import dataclasses
 
 from core.config import same_named
-from zoo.llama.config import HF_SAME_NAMES as LLAMA_SAME_NAMES
-from zoo.mixtral.config import MixtralConfig
-from zoo.qwen3.config import qwen3_fields_from_hf
+from zoo.common.decoder_config import HF_SAME_NAMES as DECODER_SAME_NAMES
+from zoo.common.decoder_config import qwen3_fields_from_hf
+from zoo.common.moe_config import MoeConfig
 
 # transformers' name -> ours, where they differ
 HF_RENAMED = {"num_experts": "num_local_experts", "moe_intermediate_size": "intermediate_size"}
 
 
 @dataclasses.dataclass
-class Qwen3MoeConfig(MixtralConfig):
+class Qwen3MoeConfig(MoeConfig):
     intermediate_size: int = 256  # per expert (transformers' moe_intermediate_size)
     head_dim: int | None = 64
     rms_norm_eps: float = 1e-6
+    rope_theta: float = 1e6
     num_local_experts: int = 8
     num_experts_per_tok: int = 2
 
@@ -43,7 +45,7 @@ class Qwen3MoeConfig(MixtralConfig):
     def from_hf(cls, hf) -> Qwen3MoeConfig:
         """From a `transformers.Qwen3MoeConfig`. Dense layers among the sparse ones
         (mlp_only_layers, decoder_sparse_step > 1), which no released Qwen3-MoE has, are
-        refused, as qwen3's config refuses what it does (`qwen3_fields_from_hf`)."""
+        refused, as Qwen3's fields refuse what they do (`qwen3_fields_from_hf`)."""
         if getattr(hf, "mlp_only_layers", None) or getattr(hf, "decoder_sparse_step", 1) != 1:
             raise ValueError("dense layers among the experts (mlp_only_layers, "
                              "decoder_sparse_step > 1) are not supported: every released "
@@ -53,7 +55,7 @@ class Qwen3MoeConfig(MixtralConfig):
                    **qwen3_fields_from_hf(hf))
 
 
-HF_SAME_NAMES = (*(n for n in LLAMA_SAME_NAMES if n != "intermediate_size"),
+HF_SAME_NAMES = (*(n for n in DECODER_SAME_NAMES if n != "intermediate_size"),
                  "num_key_value_heads", "num_experts_per_tok", "router_aux_loss_coef",
                  "norm_topk_prob")
 

@@ -1,19 +1,12 @@
 """Hugging Face Qwen3-MoE checkpoints in. Hub checkpoints (Qwen/Qwen3-30B-A3B) store each
 expert apart, `mlp.experts.<e>.gate_proj/up_proj/down_proj.weight`; transformers 5 and the
-zoo hold them stacked per layer, as mixtral's (zoo/mixtral/hf.py). Both layouts load."""
+zoo hold them stacked per layer (zoo/common/hf_experts.py). Both layouts load."""
 
 from __future__ import annotations
 
-import re
-
 from core.hf import read_config
-from zoo.mixtral.hf import PerExpertNames
-from zoo.mixtral.hf import load_hf as load_experts
+from zoo.common.hf_experts import GATE_UP_DOWN_EXPERTS, load_hf_experts
 from zoo.qwen3moe.config import Qwen3MoeConfig
-
-QWEN3_MOE_EXPERTS = PerExpertNames(
-    re.compile(r"(.+)\.mlp\.experts\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight"),
-    gate="gate_proj", up="up_proj", down="down_proj")
 
 
 def config_from_hf(name_or_path: str) -> Qwen3MoeConfig:
@@ -24,4 +17,4 @@ def config_from_hf(name_or_path: str) -> Qwen3MoeConfig:
 
 def load_hf(model, name_or_path: str) -> None:
     """Copy an HF Qwen3MoeForCausalLM checkpoint (either layout) into `model`."""
-    load_experts(model, name_or_path, QWEN3_MOE_EXPERTS)
+    load_hf_experts(model, name_or_path, GATE_UP_DOWN_EXPERTS)

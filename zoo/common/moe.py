@@ -1,6 +1,6 @@
-"""The sparse mixture-of-experts MLP: a top-k router and stacked SwiGLU experts, with
-static shapes throughout (no data-dependent indexing, no host syncs), so one XLA graph
-serves every batch and the SPMD partitioner can place experts on their own mesh axis.
+"""The sparse mixture-of-experts MLP: a router and stacked SwiGLU experts, with static
+shapes throughout (no data-dependent indexing, no host syncs), so one XLA graph serves every
+batch and the SPMD partitioner can place experts on their own mesh axis.
 
 Parameter names are transformers 5's `MixtralSparseMoeBlock`: `gate.weight` [E, H],
 `experts.gate_up_proj` [E, 2I, H], `experts.down_proj` [E, H, I].
@@ -13,24 +13,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from core import lora
-from zoo.mixtral.config import MixtralConfig
-
-
-def one_hot(ids: torch.Tensor, classes: int, dtype: torch.dtype) -> torch.Tensor:
-    """[..., classes] 0/1 masks of `ids`, made by comparison. Not `F.one_hot`: torch_xla lowers
-    it to an int64 scatter, which a TPU emulates with pairs of 32-bit words and libtpu's cost
-    analysis charges ~4000x its bytes (275 GB per mask on deepseek3-lite, 64 x 4096
-    tokens on v5p-64: docs/results/plan-compare-deepseek3-lite-v5p-64.md)."""
-    return (ids.unsqueeze(-1) == torch.arange(classes, device=ids.device)).to(dtype)
-
-
-def picked(values: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """`values.gather(-1, ids)` (the router's score of each chosen expert), made with a
-    comparison mask so that its gradient is a product, not a scatter: the backward of
-    `gather` and of `topk`'s values scatters into [..., experts], and libtpu's cost analysis
-    charged each such scatter ~12,000x its bytes (138 GB per routed layer on deepseek3-lite,
-    docs/results/plan-compare-deepseek3-lite-v5p-64.md)."""
-    return (one_hot(ids, values.shape[-1], values.dtype) * values.unsqueeze(-2)).sum(-1)
+from zoo.common.masks import one_hot
+from zoo.common.moe_config import MoeConfig
+from zoo.common.routers import TopKRouter
 
 
 class ExpertProduct(nn.Module):
@@ -42,7 +27,7 @@ class ExpertProduct(nn.Module):
         return torch.einsum("egci,eoi->egco", tokens, weights)
 
 
-class MixtralExperts(nn.Module):
+class Experts(nn.Module):
     """Every expert's SwiGLU on its own tokens: [E, groups, capacity, H] -> the same shape.
     Its output (and its gate/up product's) is where a sharding preset pins the expert
     layout (experts over `expert`). Both weights take LoRA adapters (`lora.targets`), one per
@@ -50,7 +35,7 @@ class MixtralExperts(nn.Module):
 
     lora_parameters = ("gate_up_proj", "down_proj")
 
-    def __init__(self, config: MixtralConfig):
+    def __init__(self, config: MoeConfig):
         super().__init__()
         experts, hidden, inner = (config.num_local_experts, config.hidden_size,
                                   config.intermediate_size)
@@ -66,38 +51,24 @@ class MixtralExperts(nn.Module):
                                           self.down(hidden, self.down_proj))
 
 
-class MixtralRouter(nn.Module):
-    def __init__(self, config: MixtralConfig):
-        super().__init__()
-        self.top_k, self.renormalise = config.num_experts_per_tok, config.norm_topk_prob
-        self.weight = nn.Parameter(torch.empty(config.num_local_experts, config.hidden_size))
-
-    def forward(self, x):
-        """(fp32 router probabilities [..., E], top-k expert ids, their weights: the chosen
-        probabilities, renormalised to sum to 1 where the config says so)."""
-        probs = F.linear(x, self.weight).float().softmax(-1)
-        experts = probs.topk(self.top_k, dim=-1)[1]
-        weights = picked(probs, experts)
-        if self.renormalise:
-            weights = weights / weights.sum(-1, keepdim=True)
-        return probs, experts, weights
-
-
-class MixtralSparseMoeBlock(nn.Module):
+class SparseMoeBlock(nn.Module):
     """forward(x [B, S, H]) -> (y [B, S, H], router statistics of this layer [2E + 1]):
     tokens per expert (top-k assignments, E), router probability summed per expert (E;
     differentiable: the load-balancing loss flows through it) and assignments kept (1), in
-    one vector because torch_xla's scan differentiates every per-layer output."""
+    one vector because torch_xla's scan differentiates every per-layer output. A family sets
+    its router (`router_cls`: deepseek3's) and names its experts (`experts_cls`)."""
 
+    router_cls: type[nn.Module] = TopKRouter
+    experts_cls: type[nn.Module] = Experts
     # Its own einsums (one-hot dispatch and combine) move tokens: FLOPs that are not model
     # FLOPs (the router's and the experts' are), as MaxText and torchprime count MoE FLOPs.
     routes_by_matmul = True
 
-    def __init__(self, config: MixtralConfig):
+    def __init__(self, config: MoeConfig):
         super().__init__()
         self.config = config
-        self.gate = MixtralRouter(config)
-        self.experts = MixtralExperts(config)
+        self.gate = self.router_cls(config)
+        self.experts = self.experts_cls(config)
         # where tokens reach their experts and come back: named points (identities) that a
         # sharding preset can pin, so the partitioner moves tokens (all-to-all) instead of
         # gathering every expert's tokens on every device
@@ -143,12 +114,3 @@ class MixtralSparseMoeBlock(nn.Module):
         combine = dispatch * expert_weights.unsqueeze(-1)
         out = self.experts(self.to_experts(torch.einsum("bsec,bsh->ebch", dispatch, x)))
         return torch.einsum("bsec,ebch->bsh", combine, self.from_experts(out)), kept.sum()
-
-
-def load_balancing_loss(tokens_per_expert, router_probs, tokens: int):
-    """transformers' `load_balancing_loss_func` (Switch Transformer): with counts and
-    probabilities summed over all layers, E x sum_e (fraction routed to e) x (mean prob of e).
-    Inputs [layers, E]; `tokens` per layer."""
-    rows = tokens * tokens_per_expert.shape[0]
-    num_experts = tokens_per_expert.shape[-1]
-    return num_experts * torch.sum(tokens_per_expert.sum(0) / rows * router_probs.sum(0) / rows)
