@@ -25,7 +25,7 @@ MEASURE = """
 import json, sys, time
 start = time.perf_counter()
 from core.data import load_tokenizer
-from zoo.tasks.packed_text import DataConfig, TokenBatches
+from zoo.data.packed_text import DataConfig, TokenBatches
 tokenizer = load_tokenizer("default")
 ready = time.perf_counter()
 batches = TokenBatches(DataConfig(source=sys.argv[1], cache_dir=sys.argv[2]), tokenizer,

@@ -1,7 +1,7 @@
 """Data sources for every task: local txt/jsonl/json/parquet files or Hub datasets with
 one-line errors, the shipped tokenizer (core/assets/tokenizer) and the embedded text corpus
 (Python's help topics), and the seeded epoch order that makes a batch a pure function of its
-index. What a task builds from them lives with the task (zoo/tasks/).
+index. What a task builds from them lives in zoo/data/.
 """
 
 from __future__ import annotations

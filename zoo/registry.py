@@ -6,11 +6,17 @@
   `[project.entry-points."zoo.families"] mynet = "my_pkg.mynet.family"`;
 - ZOO_FAMILIES="mynet=my_pkg.mynet.family,other=..." (modules importable from PYTHONPATH),
   a shortcut for a family that is not installed.
+
+Tasks picked with `task=NAME` on top of a family's own (sft, dpo) are found the same way: a
+module exposing `VARIANT` (zoo/tasks/variant.py's TaskVariant) in zoo/tasks/NAME.py, a
+`zoo.tasks` entry point, or ZOO_TASKS="name=package.module,...".
 """
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import functools
 import importlib
 import importlib.metadata
 import os
@@ -27,8 +33,9 @@ if TYPE_CHECKING:  # the CLI imports this: keep torch and transformers out of it
 
     from core.mesh import MeshConfig
     from core.topology import Topology
+    from zoo.tasks.variant import TaskVariant
 
-ENTRY_POINT_GROUP = "zoo.families"
+TASKS_DIR = Path(__file__).resolve().parent / "tasks"
 
 
 def _in_tree_families() -> dict[str, str]:
@@ -40,23 +47,39 @@ def _in_tree_families() -> dict[str, str]:
     }
 
 
-def _installed_families() -> dict[str, str]:
-    points = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
-    return {point.name: point.value for point in points}
+def _in_tree_tasks() -> dict[str, str]:
+    """zoo/tasks modules that assign `VARIANT` at their top level, read without importing
+    them (the CLI imports this module: no torch)."""
+    return {path.stem: f"zoo.tasks.{path.stem}" for path in sorted(TASKS_DIR.glob("*.py"))
+            if _declares(path, "VARIANT")}
 
 
-def _external_families(spec: str) -> dict[str, str]:
+def _declares(path: Path, name: str) -> bool:
+    return any(isinstance(node, ast.Assign)
+               and any(isinstance(target, ast.Name) and target.id == name
+                       for target in node.targets)
+               for node in ast.parse(path.read_text()).body)
+
+
+def _installed(group: str) -> dict[str, str]:
+    return {point.name: point.value for point in importlib.metadata.entry_points(group=group)}
+
+
+def _external(variable: str) -> dict[str, str]:
+    spec = os.environ.get(variable, "")
     pairs = [item.partition("=") for item in spec.split(",") if item.strip()]
     if any(not name or not module for name, _, module in pairs):
-        raise UserError(f"ZOO_FAMILIES='{spec}' must look like name=package.module,name2=...")
+        raise UserError(f"{variable}='{spec}' must look like name=package.module,name2=...")
     return {name.strip(): module.strip() for name, _, module in pairs}
 
 
-FAMILIES = {
-    **_in_tree_families(),
-    **_installed_families(),
-    **_external_families(os.environ.get("ZOO_FAMILIES", "")),
-}
+FAMILIES = {**_in_tree_families(), **_installed("zoo.families"), **_external("ZOO_FAMILIES")}
+
+
+@functools.cache  # read when a variant is asked for, not at every start of the CLI
+def task_modules() -> dict[str, str]:
+    """{name: module} of every task variant found."""
+    return {**_in_tree_tasks(), **_installed("zoo.tasks"), **_external("ZOO_TASKS")}
 
 
 # A family's model config: the dataclass of its architecture's hyper-parameters.
@@ -110,17 +133,15 @@ class ModelFamily(Generic[ModelConfig]):
         return model
 
     def task_named(self, name: str | None) -> Task:
-        """The task `task=NAME` picks: the family's own (None or its name) or one of its
-        variants (a causal LM's `sft`)."""
+        """The task `task=NAME` picks: the family's own (None or its name) or a registered
+        variant built on it (a causal LM's `sft`)."""
         if name in (None, self.task.name):
             return self.task
-        from zoo.tasks.variants import variants_of  # torch: only when a variant is asked for
-
-        variants = variants_of(self.task, self.model_cls)
+        variants = variants_for(self.task)  # torch: only when a variant is asked for
         if name not in variants:
             raise UserError(f"task={name} is not a task {self.name} models train for; choose "
                             f"from {', '.join([self.task.name, *variants])}")
-        return variants[name]
+        return variants[name].build(self.task, self.model_cls)
 
     def model_for(self, config: ModelConfig, topo: Topology, mesh: MeshConfig) -> ModelConfig:
         """The model config as it is built on `topo` over `mesh` (see `for_slice`)."""
@@ -138,6 +159,16 @@ class ModelFamily(Generic[ModelConfig]):
 
 def family(name: str) -> ModelFamily[Any]:
     return importlib.import_module(FAMILIES[name]).FAMILY
+
+
+def variants_for(family_task: Task) -> dict[str, TaskVariant]:
+    """{name: variant} of the registered variants that build on `family_task`, in the order
+    they are listed (rank, then name)."""
+    found = {name: importlib.import_module(module).VARIANT
+             for name, module in task_modules().items()}
+    fitting = [(v.rank, name, v) for name, v in found.items()
+               if isinstance(family_task, v.builds_on)]
+    return {name: variant for _, name, variant in sorted(fitting, key=lambda t: t[:2])}
 
 
 def model_names() -> list[str]:

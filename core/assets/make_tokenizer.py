@@ -7,7 +7,7 @@ corpus every Python install has, so `data.tokenizer=default` needs no network. B
 means any text encodes (no unknown token). `tokenizer(text)` adds <|begin_of_text|> like
 Llama 3; the data pipeline adds BOS/EOS itself when packing. Its chat template
 (CHAT_TEMPLATE) is plain text in tokens the vocabulary already has, so supervised fine-tuning
-on chat rows (zoo/tasks/sft_data.py) works with it as shipped.
+on chat rows (zoo/data/sft_data.py) works with it as shipped.
 """
 
 from __future__ import annotations

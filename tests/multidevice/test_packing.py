@@ -1,5 +1,5 @@
 """Packed documents never see each other: in a row packing three documents (segment ids and
-positions, zoo/tasks/packing.py), each document's logits equal that document run alone, on
+positions, zoo/data/packing.py), each document's logits equal that document run alone, on
 a sharded model on 1 and 4 XLA CPU devices and on the dtensor backend with 2 processes, for
 every causal-LM family; without the segment ids the later documents' logits differ (the
 test can fail). The worker: tests/support/packing_worker.py."""

@@ -22,8 +22,8 @@ import torch  # noqa: E402
 from core import backends  # noqa: E402
 from core.mesh import MeshConfig  # noqa: E402
 from core.sharding import ShardingRules  # noqa: E402
+from zoo.data.packing import pack, rows_of  # noqa: E402
 from zoo.registry import family  # noqa: E402
-from zoo.tasks.packing import pack, rows_of  # noqa: E402
 
 ROWS, SEQ = 4, 32
 LENGTHS = (9, 14, 7)  # three documents per row: 30 of 32 tokens

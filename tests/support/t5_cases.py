@@ -4,9 +4,10 @@ tests/support/preset_worker.py share."""
 import torch
 
 from core.mesh import MeshConfig
+from zoo.data.text_pairs import pair_batch
 from zoo.t5.config import T5Config
 from zoo.t5.family import FAMILY  # noqa: F401 (the worker reads it)
-from zoo.tasks.seq2seq import SEQ2SEQ, pair_batch
+from zoo.tasks.seq2seq import SEQ2SEQ
 
 CONFIG = T5Config(vocab_size=96, d_model=32, d_kv=8, d_ff=64, num_layers=2,
                   num_decoder_layers=3, num_heads=4, relative_attention_num_buckets=8,

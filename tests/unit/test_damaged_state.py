@@ -8,7 +8,7 @@ import pytest
 
 from core.errors import UserError
 from core.metrics import _drop_records_after, wandb_run_id
-from zoo.tasks import token_cache
+from zoo.data import token_cache
 
 
 def test_a_metrics_line_cut_short_is_dropped_with_a_warning(tmp_path, capsys):

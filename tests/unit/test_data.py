@@ -11,8 +11,8 @@ import torch
 from core import data
 from core.data import load_tokenizer
 from core.errors import UserError
-from zoo.tasks import packed_text
-from zoo.tasks.packed_text import DataConfig, TokenBatches, describe
+from zoo.data import packed_text
+from zoo.data.packed_text import DataConfig, TokenBatches, describe
 
 DOCS = [
     "The quick brown fox jumps over the lazy dog.",

@@ -8,9 +8,9 @@ import pytest
 from core.config import ConfigError, load
 from core.data import Tally, load_tokenizer
 from core.errors import UserError
-from zoo.tasks import packed_text
+from zoo.data import packed_text
+from zoo.data.packed_text import DataConfig, TokenBatches
 from zoo.tasks.causal_lm import LMTrainConfig
-from zoo.tasks.packed_text import DataConfig, TokenBatches
 
 
 @pytest.fixture(autouse=True)

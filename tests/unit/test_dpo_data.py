@@ -11,9 +11,9 @@ import pytest
 
 from core.data import DataError, load_tokenizer
 from tests.support.paths import ROOT
-from zoo.tasks.assets.preferences import make_preferences
-from zoo.tasks.dpo_data import DPODataConfig, load_pairs
-from zoo.tasks.sft_data import SFTDataConfig, load_examples
+from zoo.data.assets.preferences import make_preferences
+from zoo.data.dpo_data import DPODataConfig, load_pairs
+from zoo.data.sft_data import SFTDataConfig, load_examples
 
 SYSTEM = {"role": "system", "content": "Answer in one word."}
 QUESTIONS = ["What is the capital of France?", "Name a color.", "Say hi."]
@@ -325,13 +325,13 @@ def test_a_source_is_encoded_once_and_again_when_its_file_or_template_changes(tm
 
 def test_the_shipped_set_loads_by_default_and_its_script_rewrites_it(tmp_path, tok):
     pairs = load_pairs(DPODataConfig(cache_dir=str(tmp_path / "cache")), tok, 256)
-    assert pairs.label == "zoo/tasks/assets/preferences/train.jsonl (chat, 2,000 rows"
+    assert pairs.label == "zoo/data/assets/preferences/train.jsonl (chat, 2,000 rows"
     assert (pairs.pairs, pairs.dropped) == (2000, 0)
     make_preferences.main(tmp_path)
-    shipped = ROOT / "zoo/tasks/assets/preferences"
+    shipped = ROOT / "zoo/data/assets/preferences"
     for name in ("train.jsonl", "test.jsonl"):
         assert (tmp_path / name).read_bytes() == (shipped / name).read_bytes(), (
-            f"{name} is stale: .venv/bin/python -m zoo.tasks.assets.preferences.make_preferences")
+            f"{name} is stale: .venv/bin/python -m zoo.data.assets.preferences.make_preferences")
     assert (shipped / "train.jsonl").stat().st_size < 1_000_000
     test = load_pairs(DPODataConfig(source=str(shipped / "test.jsonl"),
                                     cache_dir=str(tmp_path / "cache")), tok, 256)

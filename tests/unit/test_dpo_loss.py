@@ -15,9 +15,9 @@ import torch
 
 from tests.support.paths import ROOT
 from tests.support.runs import env
+from zoo.data.packing import PackedRows, rows_of
 from zoo.registry import family
 from zoo.tasks.dpo import DPOConfig, preference_loss, response_logps
-from zoo.tasks.packing import PackedRows, rows_of
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,8 @@ from tests.support.paths import ROOT
 
 # lower first: a module may import its own floor or a lower one; a module's floor is that of
 # the longest name here that prefixes it (zoo.tasks.x is on zoo.tasks', zoo.llama.x on zoo's)
-LAYERS = ("core", "zoo.common", "zoo.tasks", "zoo", "zoo.app", ("benchmarks", "eval"), "tools")
+LAYERS = ("core", "zoo.data", "zoo.common", "zoo.tasks", "zoo", "zoo.app", ("benchmarks", "eval"),
+          "tools")
 PACKAGES = ("core", "zoo", "benchmarks", "eval", "tools")
 XLA_FOLDER = ROOT / "core" / "backends" / "xla"
 

@@ -1,4 +1,4 @@
-"""Packed rows (zoo/tasks/packing.py): examples whole and in order within rows, segment ids
+"""Packed rows (zoo/data/packing.py): examples whole and in order within rows, segment ids
 and per-example positions, the first label of each example masked, padding out of the loss;
 the pretraining packer's `data.document_mask` rows cut documents into segments the same way.
 That the models keep segments apart: tests/multidevice/test_packing.py."""
@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from core.data import load_tokenizer
-from zoo.tasks.packed_text import DataConfig, TokenBatches
-from zoo.tasks.packing import OPEN_ROWS, example_documents, pack, rows_of
+from zoo.data.packed_text import DataConfig, TokenBatches
+from zoo.data.packing import OPEN_ROWS, example_documents, pack, rows_of
 
 
 def test_every_example_lands_whole_in_one_row_and_rows_are_fuller_than_one_each():

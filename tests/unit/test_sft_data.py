@@ -10,8 +10,8 @@ import pytest
 from core.assets import make_tokenizer
 from core.data import DataError, load_tokenizer
 from tests.support.paths import ROOT
-from zoo.tasks import packed_text, sft_data
-from zoo.tasks.sft_data import SFTDataConfig, load_examples
+from zoo.data import packed_text, sft_data
+from zoo.data.sft_data import SFTDataConfig, load_examples
 
 # Qwen2-Instruct's ChatML template, as its tokenizer_config.json ships it.
 CHATML = (

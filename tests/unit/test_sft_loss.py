@@ -11,9 +11,10 @@ import pytest
 import torch
 
 from core.data import load_tokenizer
+from zoo.data.sft_batches import SFTBatches
+from zoo.data.sft_data import SFTDataConfig, load_examples
 from zoo.registry import family
-from zoo.tasks.sft import SFTBatches, SFTTrainConfig
-from zoo.tasks.sft_data import SFTDataConfig, load_examples
+from zoo.tasks.sft import SFTTrainConfig
 
 SEQ = 96
 PAIRS = [("What is 2 + 3?", " 5"), ("Say hi.", " hi"), ("Name a color:", " blue, or red"),

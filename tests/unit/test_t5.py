@@ -2,7 +2,8 @@
 
 import torch
 
-from zoo.tasks.seq2seq import PairBatches, Seq2SeqTrainConfig, encode
+from zoo.data.text_pairs import PairBatches, encode
+from zoo.tasks.seq2seq import Seq2SeqTrainConfig
 
 
 def test_pairs_are_encoded_with_eos_padding_and_masked_labels():

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from tests.support.runs import zoo
-from zoo.tasks.images import ImageBatches, ImageDataConfig, load_splits
+from zoo.data.images import ImageBatches, ImageDataConfig, load_splits
 from zoo.vit.family import forward_flops
 
 

@@ -1,4 +1,4 @@
-"""Causal language modelling: packed token rows in (zoo/tasks/packed_text.py), next-token
+"""Causal language modelling: packed token rows in (zoo/data/packed_text.py), next-token
 cross entropy out. Any model whose forward maps input_ids -> logits fits."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from core.engine import TrainConfig
 from core.mesh import check_divides
 from core.remat import checkpointed
 from core.task import Task
-from zoo.tasks.packed_text import DataConfig, TokenBatches, tokenize_corpus
-from zoo.tasks.packing import example_documents
+from zoo.data.packed_text import DataConfig, TokenBatches, tokenize_corpus
+from zoo.data.packing import example_documents
 
 
 @dataclasses.dataclass
@@ -83,7 +83,7 @@ DOCUMENT_KEYS = ("segment_ids", "positions")
 
 def documents(batch: dict) -> dict:
     """What a packed batch tells the model about the documents in its rows (segment ids and
-    positions: zoo/tasks/packing.py), as keyword arguments; none for unpacked rows."""
+    positions: zoo/data/packing.py), as keyword arguments; none for unpacked rows."""
     return {key: batch[key] for key in DOCUMENT_KEYS if key in batch}
 
 

@@ -1,8 +1,8 @@
 """Direct preference optimisation (`task=dpo`; Rafailov et al., 2023) of any causal-LM family,
-from a model you already have (`--init-from`). Preference rows (zoo/tasks/dpo_data.py) give
+from a model you already have (`--init-from`). Preference rows (zoo/data/dpo_data.py) give
 each pair's prompt + chosen and prompt + rejected responses, masked as SFT masks them; a row
 holds whole pairs, each response a document of its own (segment ids, positions from 0:
-zoo/tasks/packing.py), so nothing attends across responses or pairs. Per response, the
+zoo/data/packing.py), so nothing attends across responses or pairs. Per response, the
 policy's and the reference's summed log-probabilities of its trained tokens give
 
     margin = (policy_chosen - reference_chosen) - (policy_rejected - reference_rejected)
@@ -23,19 +23,19 @@ import copy
 import dataclasses
 import sys
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
 from core import lora
-from core.data import DataError, EpochOrder, check_vocab, host_rows, load_tokenizer
+from core.data import check_vocab, load_tokenizer
 from core.errors import UserError
-from core.inputs import host_batch_size
 from core.task import Task
-from zoo.tasks.causal_lm import LMTrainConfig, documents, with_token_ids
-from zoo.tasks.dpo_data import DPODataConfig, PreferencePairs, load_pairs
-from zoo.tasks.packing import PackedRows, example_documents, pack, rows_of
-from zoo.tasks.sft import read_once, what_was_cut
+from zoo.data.dpo_batches import DPOBatches
+from zoo.data.dpo_data import DPODataConfig, describe, load_pairs
+from zoo.data.packing import example_documents
+from zoo.data.sft_data import read_once
+from zoo.tasks.causal_lm import CausalLM, LMTrainConfig, documents, with_token_ids
+from zoo.tasks.variant import TaskVariant, on_top_of
 
 LOSS_TYPES = ("sigmoid", "hinge", "ipo")
 
@@ -93,18 +93,14 @@ def response_logps(model, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
     return sums[:, 1:].unflatten(1, (-1, 2)), counts[:, 1:].unflatten(1, (-1, 2))
 
 
-class DirectPreference(Task):
+class DirectPreference(CausalLM):
     name = "dpo"
     config_cls = DPOTrainConfig
-    unit = "tokens"
-    eval_backend = "causal"
-    generates_text = True
     sample_prompt = 'Repeat the word "zoo".'
     chat = True
     reference_forwards = 1  # the reference's forward in every step (counted in MFU)
 
-    def __init__(self, base: Task):
-        self.base = base  # the family's causal-LM task: its export
+    def __init__(self):
         self.reference: torch.nn.Module | None = None  # None: the model, adapters off
         self.config = DPOConfig()
 
@@ -162,66 +158,19 @@ class DirectPreference(Task):
     def loss_weight(self, batch):
         return batch["pairs"].sum()  # the loss is a mean over pairs
 
-    def items_per_step(self, config: DPOTrainConfig) -> int:
-        return config.global_batch_size * config.seq_len
-
     def example_batch(self, config: DPOTrainConfig, seed: int = 0) -> dict:
         """Random tokens in rows of one pair each: its two responses as two documents."""
-        batch = self.base.example_batch(config, seed)
+        batch = super().example_batch(config, seed)
         shape = batch["input_ids"].shape
         return {"input_ids": batch["input_ids"], "labels": batch["labels"],
                 **example_documents(shape, documents=2),
                 "pairs": torch.ones(shape[0], 1, dtype=torch.bool)}
 
-    def write_hf_extras(self, config, hf_config, folder) -> None:
-        self.base.write_hf_extras(config, hf_config, folder)
-
 
 _pairs = read_once(load_pairs)
 
 
-def describe(pairs: PreferencePairs, truncation: str) -> str:
-    """One line: where the pairs came from and what was cut."""
-    return (f"{pairs.label}, {pairs.pairs:,} pairs, {len(pairs.tokens):,} tokens, "
-            f"{int(pairs.trained.sum()):,} trained{what_was_cut(pairs, truncation)})")
-
-
-class DPOBatches:
-    """Deterministic, resumable fixed-shape batches of packed pairs: `batch(i)` is global
-    batch i's rows for this host, a pure function of i (rows shuffled per epoch). Every
-    batch has `pairs` ([rows, most pairs in a row] bool), one shape for the whole run."""
-
-    def __init__(self, pairs: PreferencePairs, seq_len: int, global_batch_size: int,
-                 process_index: int, process_count: int, pad_id: int, seed: int):
-        if not pairs.pairs:
-            raise DataError("the preference data has no pair that fits seq_len; raise seq_len "
-                            "or set data.truncation=cut_prompt")
-        self.pairs, self.seq_len, self.pad_id = pairs, seq_len, pad_id
-        self.global_batch_size, self.process_index = global_batch_size, process_index
-        self.local_batch_size = host_batch_size(global_batch_size, process_count)
-        order = np.random.default_rng(seed).permutation(pairs.pairs)
-        lengths = np.diff(pairs.starts)
-        packed = pack(lengths[0::2][order] + lengths[1::2][order], seq_len)
-        pair_rows = order[packed.members]  # each pair's two responses, one after the other
-        self.rows = PackedRows(np.stack([2 * pair_rows, 2 * pair_rows + 1], 1).reshape(-1),
-                               2 * packed.firsts, packed.tokens_in_examples)
-        self.pairs_in_row = np.diff(packed.firsts)
-        self.most_pairs = int(self.pairs_in_row.max())
-        self._order = EpochOrder(self.rows.count, seed)
-
-    def describe(self) -> str:
-        return (f"{self.rows.count:,} rows of {self.seq_len} (up to {self.most_pairs} pairs "
-                f"a row, {self.rows.efficiency(self.seq_len):.1%} of row tokens are "
-                f"responses and their prompts)")
-
-    def batch(self, index: int) -> dict:
-        if index < 0:
-            raise ValueError(f"batch index must be >= 0, got {index}")
-        within = host_rows(self.process_index, self.local_batch_size)
-        picked = self._order.items(index * self.global_batch_size + within)
-        pairs = self.pairs
-        batch = rows_of(pairs.tokens, pairs.trained, pairs.starts, self.rows, picked,
-                        self.seq_len, self.pad_id)
-        counts = np.where(picked >= 0, self.pairs_in_row[np.maximum(picked, 0)], 0)
-        present = np.arange(self.most_pairs) < counts[:, None]
-        return batch | {"pairs": torch.from_numpy(present)}
+VARIANT = TaskVariant(
+    builds_on=CausalLM,
+    build=lambda family_task, model_cls: on_top_of(family_task, DirectPreference)(),
+    rank=2)

@@ -1,4 +1,4 @@
-"""Image classification: labelled images in (zoo/tasks/images.py), cross entropy out,
+"""Image classification: labelled images in (zoo/data/images.py), cross entropy out,
 validation top-1 during training, `zoo eval` top-1 of an export (zoo/tasks/image_eval.py)."""
 
 from __future__ import annotations
@@ -13,16 +13,17 @@ from core.errors import UserError
 from core.mesh import check_divides
 from core.optim import OptimConfig
 from core.task import Task
-from zoo.tasks.image_eval import evaluate
-from zoo.tasks.images import (
+from zoo.data.images import (
     MEAN,
     STD,
     ImageBatches,
+    ImageData,
     ImageDataConfig,
     SyntheticImages,
     class_names,
     load_splits,
 )
+from zoo.tasks.image_eval import evaluate
 
 
 @dataclasses.dataclass
@@ -36,16 +37,6 @@ class ImageTrainConfig(TrainConfig):
     def __post_init__(self):
         super().__post_init__()
         check_divides(self)
-
-
-class ImageData:
-    """The training batches, and the validation split when there is one (None: synthetic)."""
-
-    def __init__(self, train, val):
-        self.train, self.val = train, val
-
-    def batch(self, index: int) -> dict:
-        return self.train.batch(index)
 
 
 class ImageClassification(Task):

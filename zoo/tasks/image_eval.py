@@ -11,7 +11,7 @@ import torch
 from tqdm import tqdm
 
 from core.errors import UserError
-from zoo.tasks.images import ImageDataConfig, load_splits, to_pixels
+from zoo.data.images import ImageDataConfig, load_splits, to_pixels
 
 
 def evaluate(checkpoint: Path, folder: Path, options: dict) -> tuple[list[tuple], dict]:

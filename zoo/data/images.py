@@ -21,14 +21,14 @@ import torch
 from core.data import EpochOrder, check_seed, host_rows
 from core.errors import UserError
 from core.inputs import host_batch_size
-from zoo.tasks.patterns import default_image_folder
+from zoo.data.patterns import default_image_folder
 
 MEAN = STD = 0.5
 
 
 @dataclasses.dataclass
 class ImageDataConfig:
-    # "default": the embedded pattern set (drawn by zoo/tasks/patterns.py); "synthetic": random
+    # "default": the embedded pattern set (drawn by zoo/data/patterns.py); "synthetic": random
     # pixels; a local folder with train/ and val/ class folders; otherwise a Hub dataset name.
     source: str = "default"
     image_column: str = "image"
@@ -91,6 +91,16 @@ def to_pixels(images, size: int) -> torch.Tensor:
     ]
     pixels = torch.from_numpy(np.stack(arrays)).permute(0, 3, 1, 2).float() / 255.0
     return (pixels - MEAN) / STD
+
+
+class ImageData:
+    """The training batches, and the validation split when there is one (None: synthetic)."""
+
+    def __init__(self, train, val):
+        self.train, self.val = train, val
+
+    def batch(self, index: int) -> dict:
+        return self.train.batch(index)
 
 
 class ImageBatches:

@@ -8,13 +8,13 @@
 Every document becomes `BOS? tokens EOS`; documents are concatenated and cut into rows of
 exactly `seq_len` tokens (rows cross document boundaries; EOS marks them; with
 `data.document_mask` each row also carries segment ids and positions that keep its
-documents apart: zoo/tasks/packing.py). The final partial
+documents apart: zoo/data/packing.py). The final partial
 row is kept, padded with the pad id and its labels masked with -100, so no text is lost and a
 tiny corpus still yields a row. Rows are shuffled per epoch (seed `shuffle_seed + epoch`) and
 global batch `i` is rows `i*B .. (i+1)*B` of the endless epoch-after-epoch order, so a batch is
 a pure function of its index: resuming is setting `start`, and host k of n takes its slice of
 the same global batch. A source is tokenized once into a memory-mapped cache
-(zoo/tasks/token_cache.py): later starts open it at once and read only their rows' pages.
+(zoo/data/token_cache.py): later starts open it at once and read only their rows' pages.
 """
 
 from __future__ import annotations
@@ -38,45 +38,34 @@ from core.data import (
     DataError,
     EpochOrder,
     Tally,
-    check_seed,
     host_rows,
     load_tokenizer,
 )
 from core.inputs import host_batch_size
-from zoo.tasks import token_cache
-from zoo.tasks.packing import stream_segments
+from zoo.data import token_cache
+from zoo.data.packing import stream_segments
+from zoo.data.source import SourceConfig
 
 
 @dataclasses.dataclass
-class DataConfig:
-    # "default": Python's help topics (embedded, no network); "synthetic": random tokens;
-    # a local .txt/.jsonl/.json/.parquet file, folder or glob; otherwise a Hub dataset name.
-    source: str = "default"
+class DataConfig(SourceConfig):
+    """Pretraining text. `source` "default": Python's help topics (embedded, no network);
+    "synthetic": random tokens; a local .txt/.jsonl/.json/.parquet file, folder or glob;
+    otherwise a Hub dataset name."""
+
     text_field: str = "text"  # column holding the text (jsonl/json/parquet/hub)
-    split: str = "train"  # local files are the "train" split; slices like train[:90%] work
-    subset: str | None = None  # Hub dataset config name
-    tokenizer: str = "default"  # "default" = core/assets/tokenizer, a local dir or a Hub name
-    shuffle_seed: int = 0
-    cache_dir: str | None = None  # tokenized sources; default $ZOO_CACHE or ~/.cache/zoo
     # read the source as a stream: documents are tokenized as they arrive and never held all
     # at once (a Hub dataset is not downloaded whole first)
     streaming: bool = False
     max_documents: int | None = None  # stop after this many documents (a stream may not end)
-    # refuse a source when more than this share of its documents is skipped (no text field,
-    # text that is not a string or is empty, a file of an unsupported type in a folder);
-    # below it the skipped counts are reported in one line
-    max_skipped_share: float = 0.1
     # keep the documents of a row apart: attention within each document only, positions
     # from 0 in each, and no token learns to predict the next document's first
     document_mask: bool = False
 
     def __post_init__(self):
-        check_seed(self.shuffle_seed)
+        super().__post_init__()
         if self.max_documents is not None and self.max_documents < 1:
             raise ValueError(f"data.max_documents must be at least 1, got {self.max_documents}")
-        if not 0 <= self.max_skipped_share <= 1:  # NaN fails too
-            raise ValueError(f"data.max_skipped_share must be in [0, 1], "
-                             f"not {self.max_skipped_share}")
         if self.document_mask and self.source == "synthetic":
             raise ValueError("data.document_mask keeps documents apart, and "
                              "data.source=synthetic has none; use a text source")

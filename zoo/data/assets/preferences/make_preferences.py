@@ -1,8 +1,8 @@
 """Write the shipped preference set (train.jsonl, test.jsonl beside this file).
 
-    .venv/bin/python -m zoo.tasks.assets.preferences.make_preferences
+    .venv/bin/python -m zoo.data.assets.preferences.make_preferences
 
-Made from the shipped instruction set (zoo/tasks/assets/instructions/*.jsonl): each of its
+Made from the shipped instruction set (zoo/data/assets/instructions/*.jsonl): each of its
 chat rows becomes a TRL preference row with an explicit prompt,
 
     {"prompt": [system?, user], "chosen": [{"role": "assistant", "content": the answer}],

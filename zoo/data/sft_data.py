@@ -11,10 +11,10 @@ tokenizer's own chat template, so the ids are exactly `tokenizer.apply_chat_temp
 and a model trained here is prompted the way it was trained; the loss is on the assistant
 turns, each with the end marker the template closes it with, so the model learns to stop.
 An example longer than `seq_len` is dropped, or its prompt's head is cut; the packer
-(zoo/tasks/packing.py) then lays the examples into rows. A bad row is refused in one line
+(zoo/data/packing.py) then lays the examples into rows. A bad row is refused in one line
 naming its file and row. A source is tokenized once into the token cache
-(zoo/tasks/token_cache.py), keyed by its files, the tokenizer, its template and the options.
-The preference pairs of zoo/tasks/dpo_data.py are read, rendered, fitted and cached by the
+(zoo/data/token_cache.py), keyed by its files, the tokenizer, its template and the options.
+The preference pairs of zoo/data/dpo_data.py are read, rendered, fitted and cached by the
 same public steps (read_parts, encode_*, fit_rows, load_cached).
 """
 
@@ -32,9 +32,10 @@ from typing import TypeVar
 import numpy as np
 
 from core import data
-from core.data import BUILDERS, DataError, check_seed
-from zoo.tasks import token_cache
-from zoo.tasks.packed_text import tokenizer_fingerprint
+from core.data import BUILDERS, DataError, load_tokenizer
+from zoo.data import token_cache
+from zoo.data.packed_text import tokenizer_fingerprint
+from zoo.data.source import SourceConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_SOURCE = Path(__file__).resolve().parent / "assets" / "instructions" / "train.jsonl"
@@ -45,13 +46,10 @@ Examples = TypeVar("Examples")  # SFTExamples, or another loader's (tokens, trai
 
 
 @dataclasses.dataclass
-class SFTDataConfig:
-    # "default": zoo/tasks/assets/instructions/train.jsonl (chat rows); a local
-    # .jsonl/.json/.parquet file, folder or glob; otherwise a Hub dataset name
-    source: str = "default"
-    split: str = "train"  # local files are the "train" split; slices like train[:90%] work
-    subset: str | None = None  # Hub dataset config name
-    tokenizer: str = "default"  # "default" = core/assets/tokenizer, a local dir or a Hub name
+class SFTDataConfig(SourceConfig):
+    """Instruction rows. `source` "default": zoo/data/assets/instructions/train.jsonl (chat
+    rows)."""
+
     prompt_field: str = "prompt"
     completion_field: str = "completion"
     messages_field: str = "messages"  # present: chat rows; absent: prompt/completion rows
@@ -62,28 +60,20 @@ class SFTDataConfig:
     # (after BOS) so the completion, or a chat's last assistant turn, stays whole
     truncation: str = "drop"
     packing: bool = True  # several examples per row (segment ids keep them apart)
-    shuffle_seed: int = 0
-    cache_dir: str | None = None  # tokenized sources; default $ZOO_CACHE or ~/.cache/zoo
-    # refuse a source when more than this share of its rows is dropped as too long
-    max_skipped_share: float = 0.1
 
     def __post_init__(self):
+        super().__post_init__()
         if self.train_on not in TRAIN_ON:
             raise ValueError(f"data.train_on must be one of {', '.join(TRAIN_ON)}, "
                              f"not {self.train_on!r}")
-        check_fitting_options(self)
+        check_truncation(self.truncation)
 
 
-def check_fitting_options(config) -> None:
-    """The options every example loader shares (shuffle_seed, truncation,
-    max_skipped_share), each refused in one line naming its data.<key>."""
-    check_seed(config.shuffle_seed)
-    if config.truncation not in TRUNCATION:
+def check_truncation(truncation: str) -> None:
+    """data.truncation, which every example loader takes, refused in one line if unknown."""
+    if truncation not in TRUNCATION:
         raise ValueError(f"data.truncation must be one of {', '.join(TRUNCATION)}, "
-                         f"not {config.truncation!r}")
-    if not 0 <= config.max_skipped_share <= 1:  # NaN fails too
-        raise ValueError(f"data.max_skipped_share must be in [0, 1], "
-                         f"not {config.max_skipped_share}")
+                         f"not {truncation!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,7 +83,7 @@ class SFTExamples:
     tokens: np.ndarray  # int32 [N]: every kept example's ids, concatenated
     trained: np.ndarray  # bool [N]: True where that token is a target of the loss
     starts: np.ndarray  # int64 [E + 1]: example e is tokens[starts[e]:starts[e+1]]
-    label: str  # e.g. "zoo/tasks/assets/instructions/train.jsonl (chat, 1,200 rows"
+    label: str  # e.g. "zoo/data/assets/instructions/train.jsonl (chat, 1,200 rows"
     format: str  # "prompt-completion" or "chat"
     train_on: str  # resolved: "completion", "assistant" or "all"
     rows: int  # rows read
@@ -208,6 +198,41 @@ def _check_dropped(examples, config, seq_len: int) -> None:
     done += [f"cut the prompt's head of {cut:,} to fit seq_len {seq_len}"] * bool(cut)
     if done:
         print(f"data: {rows:,} rows; {'; '.join(done)}", file=sys.stderr)
+
+
+def read_once(load):
+    """`load(data, tokenizer, seq_len)` as `read(data, seq_len)`: a source read once per
+    process (resolve checks it, data packs it), the last four kept."""
+    memo: dict[str, object] = {}
+
+    def read(data, seq_len: int):
+        key = repr((dataclasses.asdict(data), seq_len))
+        if key not in memo:
+            if len(memo) >= 4:
+                memo.pop(next(iter(memo)))
+            memo[key] = load(data, load_tokenizer(data.tokenizer), seq_len)
+        return memo[key]
+
+    return read
+
+
+def describe(examples: SFTExamples, truncation: str) -> str:
+    """One line: where the examples came from, what the loss trains, what was cut."""
+    trained = int(examples.trained.sum())
+    return (f"{examples.label}, {len(examples.starts) - 1:,} examples, "
+            f"{len(examples.tokens):,} tokens, {trained:,} trained "
+            f"({examples.train_on}){what_was_cut(examples, truncation)})")
+
+
+def what_was_cut(found, truncation: str) -> str:
+    """"; N longer than seq_len dropped, ... (data.truncation=...)", or "" when nothing
+    was: `found` counts them (`dropped`, `truncated`)."""
+    cut = []
+    if found.dropped:
+        cut.append(f"{found.dropped:,} longer than seq_len dropped")
+    if found.truncated:
+        cut.append(f"{found.truncated:,} with the prompt's head cut")
+    return f"; {', '.join(cut)} (data.truncation={truncation})" if cut else ""
 
 
 # ---------------------------------------------------------------- rows

@@ -1,5 +1,5 @@
 """Preference data for DPO: rows of a prompt, a chosen and a rejected response -> two
-examples a pair, each rendered exactly as SFT renders it (zoo/tasks/sft_data.py).
+examples a pair, each rendered exactly as SFT renders it (zoo/data/sft_data.py).
 
     pairs = load_pairs(DPODataConfig(source="data/prefs.jsonl"), tokenizer, seq_len=1024)
     pairs.tokens[pairs.starts[2 * p]:pairs.starts[2 * p + 1]]      # pair p: prompt + chosen
@@ -26,33 +26,28 @@ from pathlib import Path
 import numpy as np
 
 from core.data import DataError
-from zoo.tasks import sft_data
-from zoo.tasks.sft_data import Encoded, Part, Piece, SFTDataConfig
+from zoo.data import sft_data
+from zoo.data.sft_data import Encoded, Part, Piece, SFTDataConfig
+from zoo.data.source import SourceConfig
 
 DEFAULT_SOURCE = Path(__file__).resolve().parent / "assets" / "preferences" / "train.jsonl"
 
 
 @dataclasses.dataclass
-class DPODataConfig:
-    # "default": zoo/tasks/assets/preferences/train.jsonl (chat rows); a local
-    # .jsonl/.json/.parquet file, folder or glob; otherwise a Hub dataset name
-    source: str = "default"
-    split: str = "train"  # local files are the "train" split; slices like train[:90%] work
-    subset: str | None = None  # Hub dataset config name
-    tokenizer: str = "default"  # "default" = core/assets/tokenizer, a local dir or a Hub name
+class DPODataConfig(SourceConfig):
+    """Preference rows. `source` "default": zoo/data/assets/preferences/train.jsonl (chat
+    rows)."""
+
     prompt_field: str = "prompt"  # absent with chat rows: the implicit prompt
     chosen_field: str = "chosen"
     rejected_field: str = "rejected"
     # a pair longer than seq_len (both examples together): drop it (counted), or cut_prompt:
     # cut the same number of tokens from both prompts' heads (after BOS)
     truncation: str = "drop"
-    shuffle_seed: int = 0
-    cache_dir: str | None = None  # tokenized sources; default $ZOO_CACHE or ~/.cache/zoo
-    # refuse a source when more than this share of its rows is dropped as too long
-    max_skipped_share: float = 0.1
 
     def __post_init__(self):
-        sft_data.check_fitting_options(self)
+        super().__post_init__()
+        sft_data.check_truncation(self.truncation)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,7 +57,7 @@ class PreferencePairs:
     tokens: np.ndarray  # int32 [N]: every kept example's ids, concatenated
     trained: np.ndarray  # bool [N]: True where the token is a target (response and end marker)
     starts: np.ndarray  # int64 [2P + 1]: example 2p is pair p's prompt+chosen, 2p+1 +rejected
-    label: str  # e.g. "zoo/tasks/assets/preferences/train.jsonl (chat, 1,200 rows"
+    label: str  # e.g. "zoo/data/assets/preferences/train.jsonl (chat, 1,200 rows"
     format: str  # "prompt-completion" or "chat"
     rows: int  # rows read
     truncated: int  # pairs whose prompt head was cut (cut_prompt)
@@ -255,3 +250,9 @@ def _fit_pair(pair: tuple[Encoded, Encoded], seq_len: int, truncation: str, wher
         raise DataError(f"{where} row {number}: no token of a response is left to train on; "
                         "fix or remove the row")
     return pieces, cut > 0
+
+
+def describe(pairs: PreferencePairs, truncation: str) -> str:
+    """One line: where the pairs came from and what was cut."""
+    return (f"{pairs.label}, {pairs.pairs:,} pairs, {len(pairs.tokens):,} tokens, "
+            f"{int(pairs.trained.sum()):,} trained{sft_data.what_was_cut(pairs, truncation)})")
