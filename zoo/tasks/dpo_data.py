@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from core.data import DataError
+from core.run_config import setting
 from zoo.tasks import sft_data
 from zoo.tasks.sft_data import Encoded, Part, Piece, SFTDataConfig
 
@@ -47,7 +48,8 @@ class DPODataConfig:
     # cut the same number of tokens from both prompts' heads (after BOS)
     truncation: str = "drop"
     shuffle_seed: int = 0
-    cache_dir: str | None = None  # tokenized sources; default $ZOO_CACHE or ~/.cache/zoo
+    # tokenized sources; default $ZOO_CACHE or ~/.cache/zoo
+    cache_dir: str | None = setting(None, resumable=True)
     # refuse a source when more than this share of its rows is dropped as too long
     max_skipped_share: float = 0.1
 

@@ -43,6 +43,7 @@ from core.data import (
     load_tokenizer,
 )
 from core.inputs import host_batch_size
+from core.run_config import setting
 from zoo.tasks import token_cache
 from zoo.tasks.packing import stream_segments
 
@@ -57,7 +58,8 @@ class DataConfig:
     subset: str | None = None  # Hub dataset config name
     tokenizer: str = "default"  # "default" = core/assets/tokenizer, a local dir or a Hub name
     shuffle_seed: int = 0
-    cache_dir: str | None = None  # tokenized sources; default $ZOO_CACHE or ~/.cache/zoo
+    # tokenized sources; default $ZOO_CACHE or ~/.cache/zoo
+    cache_dir: str | None = setting(None, resumable=True)
     # read the source as a stream: documents are tokenized as they arrive and never held all
     # at once (a Hub dataset is not downloaded whole first)
     streaming: bool = False

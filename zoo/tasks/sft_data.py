@@ -33,6 +33,7 @@ import numpy as np
 
 from core import data
 from core.data import BUILDERS, DataError, check_seed
+from core.run_config import setting
 from zoo.tasks import token_cache
 from zoo.tasks.packed_text import tokenizer_fingerprint
 
@@ -63,7 +64,8 @@ class SFTDataConfig:
     truncation: str = "drop"
     packing: bool = True  # several examples per row (segment ids keep them apart)
     shuffle_seed: int = 0
-    cache_dir: str | None = None  # tokenized sources; default $ZOO_CACHE or ~/.cache/zoo
+    # tokenized sources; default $ZOO_CACHE or ~/.cache/zoo
+    cache_dir: str | None = setting(None, resumable=True)
     # refuse a source when more than this share of its rows is dropped as too long
     max_skipped_share: float = 0.1
 
