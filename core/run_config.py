@@ -148,8 +148,8 @@ def schema_keys(schema: type, prefix: str = "") -> Iterator[tuple[str, dataclass
 
 
 def resumable(schema: type) -> tuple[str, ...]:
-    """The keys of `schema` a resumed run may change: `name` for a key, `name.` for every
-    key of a section (a dict's too: `mesh.dcn.data`), as `str.startswith` takes them."""
+    """The keys of `schema` a resumed run may change, as `str.startswith` takes them: `name`
+    for a key, `name.` for a section (every key under it: `mesh.dcn.data` under `mesh.`)."""
     marked = [(key, kind) for key, field, kind in schema_keys(schema)
               if field.metadata.get(RESUMABLE)]
     return tuple(f"{key}." if dataclasses.is_dataclass(kind) else key for key, kind in marked)
