@@ -14,22 +14,17 @@ import math
 import signal
 import time
 
-import fsspec
 import torch
 
 from core import backends, goodput, lora
 from core import hosts as hosts_lib
-from core.lora import LoraConfig
-from core.mesh import MeshConfig
-from core.metrics import MetricsLogger, WandbConfig
-from core.nan_guard import NAN_POLICIES, NonFiniteStep, describe_non_finite, weights_finite
-from core.optim import OptimConfig, ScheduleConfig
-from core.profile import ProfileConfig
+from core.metrics import MetricsLogger
+from core.nan_guard import NonFiniteStep, describe_non_finite, weights_finite
 from core.remat import RematConfig, apply_remat
+from core.run_config import TrainConfig
 from core.sharding import ShardingRules
 from core.step import TrainStep
 from core.store.checkpoint import BASE_FINGERPRINT, Checkpointer, CheckpointError
-from core.store.run_folder import CHECKPOINTS
 from core.store.run_home import RunHome
 from core.task import Task
 from core.topology import Topology
@@ -37,74 +32,6 @@ from core.topology import Topology
 WARMUP_STEPS = 2  # step 1 compiles the step (step 2 too for optimizers with lazy state)
 TIMING_WINDOW = 10  # steps averaged into the reported step time
 MIN_TIMED_STEPS = 3  # fewer after the warm-up give no step time, throughput or MFU
-
-
-@dataclasses.dataclass
-class TrainConfig:
-    model_name: str = ""
-    tpu: str = "cpu"  # slice type the run is meant for; checked against the runtime
-    steps: int = 100
-    global_batch_size: int = 8
-    grad_accum: int = 1  # micro-batches per optimizer step (global batch split evenly)
-    precision: str = "auto"  # auto (bf16 on TPU, fp32 elsewhere) | fp32 | bf16
-    seed: int = 0
-    out: str = "runs/run"
-    log_every: int = 10
-    checkpoint_every: int = 50
-    keep_checkpoints: int = 3
-    # where checkpoints go: a path or URL (gs://bucket/path) every host sees, or a path on
-    # each host's own disk; empty: RUN/checkpoints
-    checkpoint_dir: str = ""
-    # a run holds its checkpoint location with a heartbeat; one silent this long was left by
-    # a process that is gone (a preempted VM) and is taken over (core/store/lease.py)
-    checkpoint_lease_s: float = 120.0
-    # write checkpoints on a background thread; training stalls only to copy to host memory
-    async_checkpoints: bool = True
-    # also write full unsharded weights (model.safetensors) with every checkpoint: a gather
-    # of every tensor into each host's memory; export and eval read the shards without it
-    consolidate_checkpoints: bool = False
-    # a step whose loss or gradient norm is not finite: stop (the last checkpoint is kept)
-    # or skip (weights and optimizer state left as they were); core/nan_guard.py
-    nan_policy: str = "stop"
-    sharding: str = "fsdp"  # preset name in the model family's sharding/ folder
-    remat: str = "none"  # preset name in the model family's remat/ folder
-    init_from: str | None = None  # Hugging Face checkpoint directory to start from
-    lora: LoraConfig = dataclasses.field(default_factory=LoraConfig)  # adapters on a frozen base
-    mesh: MeshConfig = dataclasses.field(default_factory=MeshConfig)
-    optim: OptimConfig = dataclasses.field(default_factory=OptimConfig)
-    schedule: ScheduleConfig = dataclasses.field(default_factory=ScheduleConfig)
-    wandb: WandbConfig = dataclasses.field(default_factory=WandbConfig)
-    profile: ProfileConfig = dataclasses.field(default_factory=ProfileConfig)
-
-    def runs_in_bf16(self, topo: Topology) -> bool:
-        """precision=auto means bf16 autocast on TPU, fp32 elsewhere."""
-        return self.precision == "bf16" or (self.precision == "auto" and topo.is_tpu)
-
-    @property
-    def checkpoint_location(self) -> str:
-        return self.checkpoint_dir or RunHome(self.out).path(CHECKPOINTS)
-
-    def __post_init__(self):
-        _check_location("checkpoint_dir", self.checkpoint_dir)
-        _check_location("out", self.out)
-        counts = ("steps", "global_batch_size", "grad_accum", "log_every", "checkpoint_every",
-                  "keep_checkpoints")
-        for name in counts:
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
-        if not self.checkpoint_lease_s > 0 or self.checkpoint_lease_s == float("inf"):
-            raise ValueError(f"checkpoint_lease_s must be a positive number of seconds, "
-                             f"not {self.checkpoint_lease_s}")
-        if self.nan_policy not in NAN_POLICIES:
-            raise ValueError(f"nan_policy must be {' or '.join(NAN_POLICIES)}, "
-                             f"not {self.nan_policy}")
-        if self.precision not in ("auto", "fp32", "bf16"):
-            raise ValueError(f"precision must be auto, fp32 or bf16, not {self.precision}")
-        if self.global_batch_size % self.grad_accum:
-            raise ValueError(
-                f"global_batch_size ({self.global_batch_size}) must be a multiple "
-                f"of grad_accum ({self.grad_accum})"
-            )
 
 
 class Engine:
@@ -333,22 +260,6 @@ class Engine:
         peak = self.backend.peak_flops(dtype, self.devices)
         self.side_compiles += self._compile_count() - before  # not the step's
         return peak
-
-
-def _check_location(key: str, url: str) -> None:
-    """A URL (for `out` or `checkpoint_dir`) whose filesystem fsspec cannot use, or that does
-    not outlive the process, fails with the config."""
-    if "://" not in url:
-        return
-    protocol = url.split("://", 1)[0]
-    if protocol == "memory":
-        raise ValueError(f"{key} {url}: an in-memory location vanishes when the run exits, "
-                         "and its checkpoints with it; use a local path or gs://bucket/path")
-    try:
-        fsspec.get_filesystem_class(protocol)
-    except (ValueError, ImportError) as error:
-        raise ValueError(f"{key} {url}: {error}; use a local path or "
-                         "gs://bucket/path") from None
 
 
 def _over_slices(dcn: dict[str, int]) -> str:

@@ -46,7 +46,7 @@ if TYPE_CHECKING:  # the CLI imports the registry, which imports this: keep torc
     import torch
     from transformers import PretrainedConfig
 
-# A run config: an instance of the task's config_cls (a core.engine.TrainConfig) with the
+# A run config: an instance of the task's config_cls (a core.run_config.TrainConfig) with the
 # family's architecture as `model`. Any, as each task's methods take its own class.
 RunConfig: TypeAlias = Any
 

@@ -13,9 +13,9 @@ from core import config as config_lib
 from core import lora
 from core import topology as topology_lib
 from core.flops import train_flops
-from core.inputs import batch_devices
 from core.mesh import for_slices, resolve_axis_sizes
 from core.remat import RematConfig
+from core.run_config import slice_defaults
 from core.sharding import ShardingRules
 from core.task import Task
 from zoo.registry import ModelFamily, resolve
@@ -88,8 +88,9 @@ def resolve_run(model_name: str, overrides: list[str], config_files=()) -> Run:
     topology = topology_lib.parse(config.tpu)
     config.mesh = for_slices(config.mesh, topology)
     mesh = resolve_axis_sizes(config.mesh, topology.devices)
-    if not config_lib.sets_key("global_batch_size", config_files, overrides):
-        config.global_batch_size = default_global_batch(config.global_batch_size, mesh)
+    for key, raise_for_slice in slice_defaults(type(config)).items():
+        if not config_lib.sets_key(key, config_files, overrides):
+            setattr(config, key, raise_for_slice(getattr(config, key), mesh))
     rules = ShardingRules.from_yaml(family.preset("sharding", config.sharding))
     remat = config_lib.load(RematConfig, files=[family.preset("remat", config.remat)])
     remat.check_device(topology.is_tpu)
@@ -109,10 +110,3 @@ def run_schema(family: ModelFamily, size: str, task: Task):
         ],
         bases=(task.config_cls,),
     )
-
-
-def default_global_batch(configured: int, mesh: dict[str, int]) -> int:
-    """The config's default batch (a CPU-sized 8 or 32), raised to one example per
-    data-parallel device on a slice with more: a smaller batch leaves XLA padding every
-    device's share, compute spent on nothing (and a slow, odd SPMD program)."""
-    return max(configured, batch_devices(mesh))

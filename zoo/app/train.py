@@ -15,6 +15,7 @@ from core import hosts as hosts_lib
 from core.backends.xla.runtime import start
 from core.engine import MIN_TIMED_STEPS, WARMUP_STEPS, Engine
 from core.errors import UserError
+from core.run_config import resumable
 from core.store.checkpoint import check_writable, complete_steps
 from core.store.lease import RunIdentity, check_owner, leased
 from core.store.location import Store
@@ -45,19 +46,12 @@ def select_runtime(topo: topology.Topology) -> topology.Topology:
     return topo
 
 
-# Keys a resumed run may change: how long and how often, where it runs and logs.
-RESUMABLE_CHANGES = ("steps", "log_every", "checkpoint_every", "keep_checkpoints",
-                     "consolidate_checkpoints", "checkpoint_dir", "checkpoint_lease_s",
-                     "async_checkpoints",
-                     "eval_every", "out", "tpu", "mesh.", "wandb.", "data.cache_dir",
-                     "profile.")
-
-
 def check_resumable(cfg) -> None:
     """A run folder with a checkpoint is resumed only by the run that wrote it: a changed
-    architecture, data or optimisation is a different experiment, and checkpoints left
-    behind by a changed `checkpoint_dir` are never silently restarted from step 1; both are
-    refused in one line."""
+    architecture, data or optimisation is a different experiment (the keys that may change
+    are marked `resumable` in the schema: core/run_config.py), and checkpoints left behind by
+    a changed `checkpoint_dir` are never silently restarted from step 1; both are refused in
+    one line."""
     home = RunHome(cfg.out)
     saved = home.read(RUN_CONFIG)
     if saved is None:
@@ -75,9 +69,10 @@ def check_resumable(cfg) -> None:
                 "new location first, or use a new --out")
         if not saved_steps:
             return
+    may_change = resumable(type(cfg))
     changed = {key: values for key, values in
                config_lib.changed_keys(saved, yaml.safe_load(config_lib.to_yaml(cfg))).items()
-               if not key.startswith(RESUMABLE_CHANGES)}
+               if not key.startswith(may_change)}
     if changed:
         diff = ", ".join(f"{key}: {old} -> {new}" for key, (old, new) in changed.items())
         raise UserError(f"{cfg.out} holds a run with other settings ({diff}); use a new --out, "

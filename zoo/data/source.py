@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 from core.data import check_seed
+from core.run_config import setting
 
 
 @dataclasses.dataclass
@@ -18,7 +19,8 @@ class SourceConfig:
     subset: str | None = None  # Hub dataset config name
     tokenizer: str = "default"  # "default" = core/assets/tokenizer, a local dir or a Hub name
     shuffle_seed: int = 0
-    cache_dir: str | None = None  # tokenized sources; default $ZOO_CACHE or ~/.cache/zoo
+    # tokenized sources; default $ZOO_CACHE or ~/.cache/zoo
+    cache_dir: str | None = setting(None, resumable=True)
     # refuse a source when more than this share of its rows is skipped (pretraining: a
     # document with no usable text; SFT and DPO: a row too long for seq_len); below it the
     # skipped counts are reported in one line

@@ -10,9 +10,9 @@ import torch
 import torch.nn.functional as F
 
 from core.data import check_vocab, load_tokenizer, local_files
-from core.engine import TrainConfig
 from core.mesh import check_divides
 from core.remat import checkpointed
+from core.run_config import TrainConfig, setting
 from core.task import Task
 from zoo.data.packed_text import DataConfig, TokenBatches, tokenize_corpus
 from zoo.data.packing import example_documents
@@ -22,7 +22,8 @@ from zoo.data.packing import example_documents
 class LMTrainConfig(TrainConfig):
     seq_len: int = 256
     data: DataConfig = dataclasses.field(default_factory=DataConfig)
-    eval_every: int = 0  # steps between validation passes (and at the end); 0: never
+    # steps between validation passes (and at the end); 0: never
+    eval_every: int = setting(0, resumable=True)
     eval_rows: int = 64  # rows of seq_len held out from training for validation
 
     def __post_init__(self):

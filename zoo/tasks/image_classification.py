@@ -8,10 +8,10 @@ import dataclasses
 import torch
 import torch.nn.functional as F
 
-from core.engine import TrainConfig
 from core.errors import UserError
 from core.mesh import check_divides
 from core.optim import OptimConfig
+from core.run_config import TrainConfig, one_row_per_device, setting
 from core.task import Task
 from zoo.data.images import (
     MEAN,
@@ -28,10 +28,11 @@ from zoo.tasks.image_eval import evaluate
 
 @dataclasses.dataclass
 class ImageTrainConfig(TrainConfig):
-    global_batch_size: int = 32
+    global_batch_size: int = setting(32, from_slice=one_row_per_device)
     # Small ViTs from scratch want a higher peak lr than the LM default.
     optim: OptimConfig = dataclasses.field(default_factory=lambda: OptimConfig(lr=1e-3))
-    eval_every: int = 20  # steps between validation passes (and at the end); 0: never
+    # steps between validation passes (and at the end); 0: never
+    eval_every: int = setting(20, resumable=True)
     data: ImageDataConfig = dataclasses.field(default_factory=ImageDataConfig)
 
     def __post_init__(self):

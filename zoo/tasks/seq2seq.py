@@ -14,10 +14,10 @@ import torch.nn.functional as F
 
 from core.config import check_sizes
 from core.data import IGNORE_INDEX, check_vocab
-from core.engine import TrainConfig
 from core.errors import UserError
 from core.mesh import check_divides
 from core.optim import OptimConfig
+from core.run_config import TrainConfig, one_row_per_device, setting
 from core.task import Task
 from zoo.data.text_pairs import PairBatches, Seq2SeqDataConfig, pair_batch
 from zoo.tasks.causal_lm import check_source, tokenizer_for, with_token_ids
@@ -27,7 +27,7 @@ from zoo.tasks.causal_lm import check_source, tokenizer_for, with_token_ids
 class Seq2SeqTrainConfig(TrainConfig):
     source_len: int = 32
     target_len: int = 32
-    global_batch_size: int = 32
+    global_batch_size: int = setting(32, from_slice=one_row_per_device)
     # Small encoder-decoders from scratch want a higher peak lr than the LM default.
     optim: OptimConfig = dataclasses.field(default_factory=lambda: OptimConfig(lr=3e-3))
     data: Seq2SeqDataConfig = dataclasses.field(default_factory=Seq2SeqDataConfig)

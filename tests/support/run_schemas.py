@@ -1,0 +1,40 @@
+"""Every run schema zoo builds (each family with each task it trains for) and their keys,
+for the tests that hold the schema's metadata and its docs to the dataclasses."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+from core.errors import UserError
+from core.run_config import schema_keys
+from zoo import registry
+from zoo.app.run import run_schema
+
+OTHER_TASKS = ("sft", "dpo")  # the tasks a family may train for besides its own
+
+
+@functools.cache
+def run_schemas() -> dict[tuple[str, str], type]:
+    """{(family, task): the run schema `zoo train FAMILY-SIZE task=TASK` reads}."""
+    schemas = {}
+    for name in registry.FAMILIES:
+        family = registry.family(name)
+        size = next(iter(family.sizes))
+        for task_name in (family.task.name, *OTHER_TASKS):
+            try:
+                task = family.task_named(task_name)
+            except UserError:
+                continue
+            schemas[name, task.name] = run_schema(family, size, task)
+    return schemas
+
+
+def leaf_keys(schema: type) -> dict[str, tuple[type, object]]:
+    """{dotted key: (type, default)} for every key of `schema` that holds a value (not a
+    section), the family's architecture (`model.*`) left out. Defaults are read from an
+    instance: a task may give a section another default (vit's `optim`: lr 1e-3)."""
+    default = schema()
+    return {key: (kind, functools.reduce(getattr, key.split("."), default))
+            for key, _, kind in schema_keys(schema)
+            if not dataclasses.is_dataclass(kind) and not key.startswith("model.")}
