@@ -91,7 +91,7 @@ def resolve_run(model_name: str, overrides: list[str], config_files=()) -> Run:
     if not config_lib.sets_key("global_batch_size", config_files, overrides):
         config.global_batch_size = default_global_batch(config.global_batch_size, mesh)
     rules = ShardingRules.from_yaml(family.preset("sharding", config.sharding))
-    remat = config_lib.load(RematConfig, files=[family.preset("remat", config.remat)])
+    remat = family.remat(config.remat)
     remat.check_device(topology.is_tpu)
     return Run(family, task, config, topology, rules, remat, mesh)
 
