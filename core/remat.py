@@ -23,6 +23,13 @@ class RematError(UserError):
     """A remat config that names layers or stacks the model does not have."""
 
 
+# Names a remat preset may hold in place of a model's own, so that one preset file serves
+# every model family (zoo/common/presets/remat): the family fills in the class names of
+# its layers and the module names of its layer stacks (`RematConfig.filled`).
+LAYERS = "$layers"
+STACKS = "$stacks"
+
+
 @dataclasses.dataclass
 class RematConfig:
     # Class names of layers whose forward is recomputed in backward (activation checkpointing).
@@ -42,12 +49,25 @@ class RematConfig:
             raise RematError(f"remat policy '{self.policy}' is not one of "
                              f"{', '.join(SCAN_POLICIES)}")
 
+    def filled(self, layers: tuple[str, ...], stacks: tuple[str, ...]) -> RematConfig:
+        """This config with `$layers` and `$stacks` replaced by a model's layer classes and
+        layer stacks."""
+        return dataclasses.replace(self, checkpoint=_fill(self.checkpoint, LAYERS, layers),
+                                   scan=_fill(self.scan, STACKS, stacks))
+
     def check_device(self, on_tpu: bool) -> None:
         """Host offloading is a TPU memory space; XLA:CPU refuses its annotations."""
         if self.policy == "offload" and self.scan and not on_tpu:
             raise RematError("remat policy 'offload' keeps layer inputs in a TPU's host memory "
                              "and runs on a TPU only; here use scan_checkpoint (the same "
                              "recompute, inputs kept on the device)")
+
+
+def _fill(names: list[str], placeholder: str, values: tuple[str, ...]) -> list[str]:
+    if placeholder in names and not values:
+        raise RematError(f"this remat preset names {placeholder}, which the model family "
+                         "does not declare (ModelFamily.layer_classes, layer_stacks)")
+    return [value for name in names for value in (values if name == placeholder else [name])]
 
 
 class LayerStack(nn.ModuleList):

@@ -32,10 +32,14 @@ if TYPE_CHECKING:  # the CLI imports this: keep torch and transformers out of it
     from transformers import PretrainedConfig
 
     from core.mesh import MeshConfig
+    from core.remat import RematConfig
     from core.topology import Topology
     from zoo.tasks.variant import TaskVariant
 
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
+# The presets families share: remat/*.yaml (every family that declares its layers) and
+# sharding/<layout>/*.yaml (the families whose parameter names follow that layout).
+SHARED_PRESETS = Path(__file__).resolve().parent / "common" / "presets"
 
 
 def _in_tree_families() -> dict[str, str]:
@@ -109,10 +113,23 @@ class ModelFamily(Generic[ModelConfig]):
     sizes: dict[str, ModelConfig]  # size name -> config; "tiny" is the one the tests train
     model_cls: type  # nn.Module built from a config; `init_weights(seed)` initialises it
     task: Task  # what its models are trained for (zoo/tasks): data, loss, export extras, eval
-    presets_dir: Path  # holds sharding/*.yaml and remat/*.yaml
+    # its own presets, sharding/*.yaml and remat/*.yaml (those that differ from the shared
+    # ones in SHARED_PRESETS, or that no other family has): found before the shared ones
+    presets_dir: Path
     # these two take a run config (task.config_cls + `model`: the architecture)
     forward_flops: ForwardFlops
     activation_bytes: ActivationBytes
+    # what the shared remat presets are filled with: the class names of its repeated layers
+    # (checkpointed; `$layers` in a preset) and the module names of its LayerStacks
+    # (scanned; `$stacks`). A family that declares no layer classes has only its own.
+    layer_classes: tuple[str, ...] = ()
+    layer_stacks: tuple[str, ...] = ()
+    # the shared sharding presets it takes, SHARED_PRESETS/sharding/<this>/ (e.g.
+    # "dense_decoder": Llama's parameter names); None: its own only
+    shared_sharding: str | None = None
+    # shared presets its models do not offer, as "kind/name" (e.g. "remat/scan_offload"):
+    # every other shared preset reaches it, a new one included
+    without_presets: tuple[str, ...] = ()
     hf_class: str | None = None  # transformers class an export loads as
     hf_config: Callable[[ModelConfig], PretrainedConfig] | None = None
     config_from_hf: Callable[[str], ModelConfig] | None = None  # HF folder or hub name
@@ -148,13 +165,42 @@ class ModelFamily(Generic[ModelConfig]):
         return self.for_slice(config, topo, mesh) if self.for_slice else config
 
     def preset(self, kind: str, name: str) -> Path:
-        path = self.presets_dir / kind / f"{name}.yaml"
-        if not path.is_file():
-            names = sorted(p.stem for p in (self.presets_dir / kind).glob("*.yaml"))
-            raise UserError(
-                f"{self.name} has no {kind} preset '{name}'; presets: {', '.join(names)}"
-            )
+        """The file of its `kind` ("sharding" or "remat") preset `name`: its own if it has
+        one, else the shared one. A remat preset is read with `remat(name)`."""
+        path = self._preset_files(kind).get(name)
+        if path is None:
+            raise UserError(f"{self.name} has no {kind} preset '{name}'; presets: "
+                            f"{', '.join(self.preset_names(kind))}")
         return path
+
+    def preset_names(self, kind: str) -> list[str]:
+        """Its `kind` presets: its own and the shared ones it takes."""
+        return sorted(self._preset_files(kind))
+
+    def remat(self, name: str) -> RematConfig:
+        """Remat preset `name`, filled with this family's layer classes and stacks."""
+        from core import config as config_lib
+        from core.remat import RematConfig  # torch: only when a remat preset is read
+
+        preset = config_lib.load(RematConfig, files=[self.preset("remat", name)])
+        return preset.filled(self.layer_classes, self.layer_stacks)
+
+    def _preset_files(self, kind: str) -> dict[str, Path]:
+        """name -> file of its `kind` presets: the shared ones it takes, its own over them."""
+        shared_dir = self._shared_dir(kind)
+        shared = {p.stem: p for p in sorted(shared_dir.glob("*.yaml"))} if shared_dir else {}
+        for opted_out in self.without_presets:
+            out_kind, _, name = opted_out.partition("/")
+            if out_kind == kind and shared.pop(name, None) is None:
+                raise UserError(f"{self.name}: without_presets names '{opted_out}', which is "
+                                f"not a shared {kind} preset it takes")
+        own = {p.stem: p for p in sorted((self.presets_dir / kind).glob("*.yaml"))}
+        return {**shared, **own}
+
+    def _shared_dir(self, kind: str) -> Path | None:
+        if kind == "remat":
+            return SHARED_PRESETS / "remat" if self.layer_classes else None
+        return SHARED_PRESETS / kind / self.shared_sharding if self.shared_sharding else None
 
 
 def family(name: str) -> ModelFamily[Any]:

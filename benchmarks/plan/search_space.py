@@ -160,8 +160,8 @@ def compile_order(candidate: Candidate) -> tuple:
 def _choices(base: Run, pinned: set[str], max_batch: int) -> Iterator[tuple[str, ...]]:
     family, topo = base.family, base.topology
     shardings = ([base.config.sharding] if "sharding" in pinned
-                 else _preset_names(family, "sharding"))
-    remats = [base.config.remat] if "remat" in pinned else _preset_names(family, "remat")
+                 else family.preset_names("sharding"))
+    remats = [base.config.remat] if "remat" in pinned else family.preset_names("remat")
     batches = ([None] if "global_batch_size" in pinned
                else [2**k for k in range(max_batch.bit_length()) if 2**k <= max_batch])
     mesh_pinned = any(key.startswith("mesh.") for key in pinned)
@@ -175,10 +175,6 @@ def _choices(base: Run, pinned: set[str], max_batch: int) -> Iterator[tuple[str,
                            *(() if batch is None else
                              (f"global_batch_size={batch * topo.devices}",)),
                            *mesh)
-
-
-def _preset_names(family, kind: str) -> list[str]:
-    return sorted(path.stem for path in (family.presets_dir / kind).glob("*.yaml"))
 
 
 def _mesh_splits(family, sharding: str, topo) -> list[tuple[str, ...]]:

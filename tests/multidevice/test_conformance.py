@@ -19,9 +19,8 @@ import math
 import pytest
 import torch
 
-from core import config as config_lib
 from core.mesh import resolve_axis_sizes
-from core.remat import RematConfig, apply_remat
+from core.remat import apply_remat
 from core.sharding import (
     ShardingError,
     ShardingRules,
@@ -29,16 +28,14 @@ from core.sharding import (
     match_gathered,
     plan_params,
 )
-from tests.support.conformance_worker import mesh_for, preset_names
+from tests.support.conformance_worker import mesh_for
 from tests.support.xla_harness import assert_same_loss_and_grads, run_workers
 from zoo.app.run import resolve_run
 from zoo.registry import FAMILIES, family
 
 SIZES = [(name, size) for name in FAMILIES for size in family(name).sizes]
-PRESETS = [(name, p) for name in FAMILIES for p in preset_names(family(name))]
-REMATS = [
-    (name, p.stem) for name in FAMILIES for p in (family(name).presets_dir / "remat").glob("*.yaml")
-]
+PRESETS = [(name, p) for name in FAMILIES for p in family(name).preset_names("sharding")]
+REMATS = [(name, p) for name in FAMILIES for p in family(name).preset_names("remat")]
 # fp32; sharding only reorders reductions.
 XLA_TOL = {"rtol": 1e-4, "atol": 1e-5}
 # The family whose 1- and 4-device training workers (20-35 s each) run by default; the
@@ -106,8 +103,8 @@ def test_a_forgotten_sharding_rule_says_what_to_add(name):
 @pytest.mark.parametrize("name,remat", REMATS)
 def test_remat_preset_names_real_layers(name, remat):
     fam = family(name)
-    preset = config_lib.load(RematConfig, files=[fam.preset("remat", remat)])
-    apply_remat(fam.build(fam.sizes["tiny"], init=False), preset)  # raises on unknown names
+    # raises on names the model does not have
+    apply_remat(fam.build(fam.sizes["tiny"], init=False), fam.remat(remat))
 
 
 @pytest.fixture(scope="module")

@@ -75,10 +75,9 @@ def case(family: str, sharding: str, remat: str) -> list:
 def family_cases(name: str) -> list:
     """Every sharding x remat preset of SHARDINGS x REMATS the family has (a mixture of
     experts has no fsdp_tensor)."""
-    presets = family(name).presets_dir
+    fam = family(name)
     return [case(name, s, r) for s in SHARDINGS for r in REMATS
-            if (presets / "sharding" / f"{s}.yaml").is_file()
-            and (presets / "remat" / f"{r}.yaml").is_file()]
+            if s in fam.preset_names("sharding") and r in fam.preset_names("remat")]
 
 
 def compile_cases(jobs: list[tuple[str, list]], out_dir: Path, timeout: int = 1800) -> dict:

@@ -35,10 +35,6 @@ from zoo.app.train import build_engine  # noqa: E402
 from zoo.registry import family  # noqa: E402
 
 
-def preset_names(fam) -> list[str]:
-    return sorted(p.stem for p in (fam.presets_dir / "sharding").glob("*.yaml"))
-
-
 def mesh_for(rules: ShardingRules, devices: int) -> MeshConfig:
     """fsdp over everything, or fsdp x 2 along the other axis (tensor, expert, sequence)
     the preset uses."""
@@ -55,7 +51,7 @@ def presets_forward_backward(name: str) -> dict:
     batch = fam.task.example_batch(run, seed=0)
     devices = xr.global_runtime_device_count()
     results = {}
-    for preset in preset_names(fam):
+    for preset in fam.preset_names("sharding"):
         rules = ShardingRules.from_yaml(fam.preset("sharding", preset))
         results[preset] = sharded_loss_and_grads(
             fam.build(run.model, seed=0),

@@ -15,7 +15,7 @@ import torch
 import transformers
 
 from core.remat import apply_remat
-from tests.support.preset_worker import BASELINE, PARITY_REMATS, remat_preset
+from tests.support.preset_worker import BASELINE, PARITY_REMATS
 from tests.support.xla_harness import assert_same_loss_and_grads, run_workers
 
 # fp32: XLA:CPU fuses and reorders more than eager CPU, which runs transformers' kernels.
@@ -79,7 +79,7 @@ class FamilyPresetTests:
     def test_eager_cpu_matches_transformers(self, reference, parity, eager_remat):
         cases = self.cases
         model = cases.FAMILY.build(cases.PARITY_CONFIGS[parity], seed=0)
-        apply_remat(model, remat_preset(cases.FAMILY, eager_remat))
+        apply_remat(model, cases.FAMILY.remat(eager_remat))
         loss, logits = cases.forward(model, cases.batch())
         loss.backward()
         torch.testing.assert_close(logits, reference["logits"], **self.eager_tol)

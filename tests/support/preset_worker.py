@@ -24,9 +24,7 @@ os.environ.setdefault("PJRT_DEVICE", "CPU")
 import torch  # noqa: E402
 import torch_xla.runtime as xr  # noqa: E402
 
-from core import config  # noqa: E402
 from core.mesh import MeshConfig  # noqa: E402
-from core.remat import RematConfig  # noqa: E402
 from core.sharding import ShardingRules  # noqa: E402
 from tests.support.xla_harness import sharded_loss_and_grads  # noqa: E402
 
@@ -34,10 +32,6 @@ from tests.support.xla_harness import sharded_loss_and_grads  # noqa: E402
 # every 8-device preset is compared with.
 PARITY_REMATS = ("none", "scan")
 BASELINE = ("fsdp", "none")
-
-
-def remat_preset(family, name: str) -> RematConfig:
-    return config.load(RematConfig, files=[family.preset("remat", name)])
 
 
 def run(cases, model_config, preset: str, remat: str) -> dict:
@@ -51,7 +45,7 @@ def run(cases, model_config, preset: str, remat: str) -> dict:
     family = cases.FAMILY
     result = sharded_loss_and_grads(
         family.build(model_config, seed=0), loss_fn, cases.batch(),
-        ShardingRules.from_yaml(family.preset("sharding", preset)), remat_preset(family, remat),
+        ShardingRules.from_yaml(family.preset("sharding", preset)), family.remat(remat),
         MeshConfig() if single else cases.MESHES[preset])
     result["logits"] = logits["value"].detach().cpu()
     return result

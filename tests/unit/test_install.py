@@ -32,7 +32,8 @@ def test_the_wheel_installs_the_five_packages_and_no_results_or_tests(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert {n.split("/")[0] for n in names if ".dist-info/" not in n} == TOP_LEVEL
     assert not [n for n in names if n.startswith(("benchmarks/results/", "tests/"))]
-    assert "zoo/llama/sharding/fsdp.yaml" in names  # data folders ship with their code
+    assert "zoo/common/presets/remat/scan.yaml" in names  # data folders ship with their code
+    assert "zoo/t5/sharding/fsdp.yaml" in names
     assert "core/assets/tokenizer/tokenizer.json" in names
 
 

@@ -38,6 +38,11 @@ FAMILY = ModelFamily(
     model_cls=MyModelForCausalLM,
     task=CAUSAL_LM,
     presets_dir=Path(__file__).parent,
+    layer_classes=("MyModelBlock",),
+    layer_stacks=("blocks",),
+    # the shared remat presets it does not offer: its attention names no query, key and value
+    # projections (core/remat.py QKV) for save_qkv_proj to keep
+    without_presets=("remat/scan_save_qkv_proj",),
     forward_flops=forward_flops,
     activation_bytes=activation_bytes,
     # Hugging Face interop is optional: set hf_class, hf_config, config_from_hf, load_hf

@@ -92,7 +92,7 @@ def resolve_run(model_name: str, overrides: list[str], config_files=()) -> Run:
         if not config_lib.sets_key(key, config_files, overrides):
             setattr(config, key, raise_for_slice(getattr(config, key), mesh))
     rules = ShardingRules.from_yaml(family.preset("sharding", config.sharding))
-    remat = config_lib.load(RematConfig, files=[family.preset("remat", config.remat)])
+    remat = family.remat(config.remat)
     remat.check_device(topology.is_tpu)
     return Run(family, task, config, topology, rules, remat, mesh)
 

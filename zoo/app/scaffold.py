@@ -64,7 +64,7 @@ def scaffold(name: str, parent: str | Path | None = None) -> Path:
 def next_steps(name: str, target: Path, parent: str | Path | None) -> str:
     """What `zoo new-model` says it made, how a folder out of the tree is registered, and
     what to run next."""
-    lines = [f"created {target}/ (config, model, family, sharding/, remat/)"]
+    lines = [f"created {target}/ (config, model, family, sharding/)"]
     if parent:
         lines.append(f"register it: export ZOO_FAMILIES={name}={name}.family "
                      f"PYTHONPATH={Path(parent).resolve()} (or a `zoo.families` entry point)")
