@@ -7,7 +7,6 @@ documented there."""
 from __future__ import annotations
 
 import collections
-import copy
 import dataclasses
 import functools
 import math
@@ -16,7 +15,7 @@ import time
 
 import torch
 
-from core import backends, goodput, lora
+from core import backends, goodput
 from core import hosts as hosts_lib
 from core.metrics import MetricsLogger
 from core.nan_guard import NonFiniteStep, describe_non_finite, weights_finite
@@ -24,7 +23,7 @@ from core.remat import RematConfig, apply_remat
 from core.run_config import TrainConfig
 from core.sharding import ShardingRules
 from core.step import TrainStep
-from core.store.checkpoint import BASE_FINGERPRINT, Checkpointer, CheckpointError
+from core.store.checkpoint import Checkpointer
 from core.store.run_home import RunHome
 from core.task import Task
 from core.topology import Topology
@@ -54,18 +53,16 @@ class Engine:
         self.devices = self.backend.device_count()
         self.bf16 = config.runs_in_bf16(self.topology)
         self.backend.check_remat(remat)
-        # a frozen copy of the starting model for a task that compares with it (DPO), but
-        # under LoRA: there the model with its adapters off is it
-        reference = (copy.deepcopy(model).requires_grad_(False)
-                     if task.reference_forwards and not config.lora.enabled else None)
-        apply_remat(model, remat)
-        model, self.plan, self.mesh, self.mesh_sizes = self.backend.prepare(
-            model, rules, config.mesh, self.bf16)
-        if reference is not None:
-            apply_remat(reference, remat)
-            reference = self.backend.prepare(reference, rules, config.mesh, self.bf16)[0]
-        if task.reference_forwards:
-            task = self.task = task.with_reference(reference, config)
+
+        def place(module: torch.nn.Module) -> tuple:
+            """`module` on the devices as the run places its model (remat, sharding,
+            precision), with the parameter plan, the mesh and its axis sizes."""
+            apply_remat(module, remat)
+            return self.backend.prepare(module, rules, config.mesh, self.bf16)
+
+        # before the model is placed: what a task needs beside it may start as its copy
+        task = self.task = task.bind(model, config, lambda module: place(module)[0])
+        model, self.plan, self.mesh, self.mesh_sizes = place(model)
         self.train_flops_per_item = train_flops_per_item  # what MFU counts
         # torch_xla's micro-batch loop (gradient_accumulation) computes a wrong loss around
         # its scan and refuses its checkpoint (tests/e2e/test_train.py): unrolled there
@@ -206,12 +203,6 @@ class Engine:
         with self.goodput.timing("unproductive_checkpoint_restore_time"):
             state = self.checkpointer.restore(self.model, self.optimizer, self.scheduler,
                                               step=step)
-        saved_base = state["extra"].get(BASE_FINGERPRINT, {})
-        if not lora.same_fingerprint(saved_base, self._base_fingerprint):
-            raise CheckpointError(
-                f"the checkpoint at step {step} trained adapters on other frozen weights than "
-                f"this run starts from (was its --init-from folder changed?); restore that "
-                f"base, or train in a new --out")
         self.side_compiles += self._compile_count() - before
         if self.hosts.main:
             print(f"resuming from step {state['step']} ({self.checkpointer.directory})")
@@ -225,24 +216,13 @@ class Engine:
         before = self._compile_count()
         if not weights_finite(self.model):
             raise NonFiniteStep(f"step {self.step}: the weights are not finite")
-        self.checkpointer.save(
-            self.step, self.model, self.optimizer, self.scheduler, data_position=self.step,
-            extra={BASE_FINGERPRINT: self._base_fingerprint} if self._base_fingerprint else None,
-        )
+        self.checkpointer.save(self.step, self.model, self.optimizer, self.scheduler,
+                               data_position=self.step)
         self.side_compiles += self._compile_count() - before
         if self.hosts.main:  # a run in a bucket: its metrics so far go with the checkpoint
             self.home.push()
         if wait:
             self.checkpointer.wait()
-
-    @functools.cached_property
-    def _base_fingerprint(self) -> dict[str, float]:
-        """The frozen weights' fingerprint (none when all train), saved with each checkpoint
-        because the checkpoint does not hold them (core/store/checkpoint.py)."""
-        before = self._compile_count()
-        found = lora.fingerprint(self.model)
-        self.side_compiles += self._compile_count() - before
-        return found
 
     def _compile_count(self) -> int:
         return self.backend.compile_stats()[0]

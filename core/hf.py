@@ -11,7 +11,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 
 from core.errors import UserError
-from core.store.checkpoint import first_misfit
+from core.store.checkpoint_reader import first_misfit
 
 
 def local_dir(name_or_path: str) -> Path:

@@ -29,8 +29,8 @@ import torch
 from torch import nn
 
 from core.errors import UserError
-from core.remat import LayerStack, first_stacked_layer
-from core.sharding import ADAPTER_MATRICES, STACKED, base_weight_of
+from core.remat import LayerStack
+from core.sharding import ADAPTER_MATRICES, base_weight_of
 
 
 @dataclasses.dataclass
@@ -180,7 +180,7 @@ def adapters_off(model: nn.Module):
         raise UserError("the model's adapters cannot be switched off inside a scanned layer "
                         "stack (its trace is replayed), which DPO's reference under LoRA "
                         "needs; use a remat preset without scan")
-    adapted = [module for module in model.modules() if hasattr(module, "lora_scale")]
+    adapted = _adapted_modules(model)
     for module in adapted:
         module.lora_off = True
     try:
@@ -188,6 +188,16 @@ def adapters_off(model: nn.Module):
     finally:
         for module in adapted:
             module.lora_off = False
+
+
+def has_adapters(model: nn.Module) -> bool:
+    """Whether `add_adapters` adapted `model` (then its frozen base is the model with its
+    adapters off)."""
+    return bool(_adapted_modules(model))
+
+
+def _adapted_modules(model: nn.Module) -> list[nn.Module]:
+    return [module for module in model.modules() if hasattr(module, "lora_scale")]
 
 
 def _add_adapter_output(module, args, output):
@@ -295,33 +305,3 @@ def as_peft(model: nn.Module, config: LoraConfig) -> tuple[dict, dict[str, torch
                 state[prefix + "lora_B.weight"] = lora_b.permute(1, 2, 0).flatten(1)
     return ({"target_modules": targets(linear=True), "target_parameters": targets(linear=False)},
             {f"base_model.model.{name}": w.detach().contiguous() for name, w in state.items()})
-
-
-def fingerprint(model: nn.Module) -> dict[str, float]:
-    """Per frozen weight (per layer in a scanned stack, by its Hugging Face name), its mean
-    square: what a checkpoint that holds only the trained weights records of the base, to
-    know it again (a changed --init-from folder)."""
-    from torch.distributed.tensor import DTensor  # start-up
-
-    names, values = [], []
-    first = first_stacked_layer(dict(model.named_parameters()))
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if param.requires_grad:
-                continue
-            stack, stacked, rest = name.partition(f".{STACKED}.")
-            square = param.float().square()
-            if stacked:
-                names += [f"{stack}.{first[stack] + i}.{rest}" for i in range(param.shape[0])]
-                value = square.flatten(1).mean(1)
-            else:
-                names.append(name)
-                value = square.mean().reshape(1)
-            values.append(value.full_tensor() if isinstance(value, DTensor) else value)
-        return dict(zip(names, torch.cat(values).cpu().tolist())) if values else {}
-
-
-def same_fingerprint(saved: dict[str, float], found: dict[str, float]) -> bool:
-    """The same weights, up to summation order (another slice reduces in another order)."""
-    return saved.keys() == found.keys() and all(
-        math.isclose(saved[name], found[name], rel_tol=1e-4, abs_tol=1e-12) for name in saved)

@@ -30,10 +30,12 @@ Extension points (override in a subclass; the defaults are marked):
   after_step(engine, step)        -> dict to log for that step, or None (default: None)
   reference_forwards              forwards of a frozen reference model in each step (DPO's:
                                   1; default 0), counted in MFU
-  with_reference(reference, config) -> the task comparing with `reference`: the engine's
-                                  frozen copy of the starting model, placed as the model is,
-                                  or None under LoRA (the model with its adapters off);
-                                  called when reference_forwards (default: itself)
+  bind(model, config, place)      -> the task ready to train `model` (built, not yet placed):
+                                  what it needs beside the model is its own, made here (a
+                                  frozen reference copy or the model's adapters off: DPO; a
+                                  sampler). `place(module)` puts a module on the devices as
+                                  the model will be (remat, sharding, precision) and returns
+                                  it. Called once by the engine; default: itself
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 if TYPE_CHECKING:  # the CLI imports the registry, which imports this: keep torch out of it
+    from collections.abc import Callable
     from pathlib import Path
 
     import torch
@@ -96,7 +99,8 @@ class Task:
 
     reference_forwards = 0
 
-    def with_reference(self, reference: torch.nn.Module | None, config: RunConfig) -> Task:
+    def bind(self, model: torch.nn.Module, config: RunConfig,
+             place: Callable[[torch.nn.Module], torch.nn.Module]) -> Task:
         return self
 
     # engine: a core.engine.Engine, Any as that module imports this one

@@ -55,7 +55,7 @@ def _adapter_base(run: Run, checkpoint: str | Path) -> str:
     """The Hugging Face folder (or Hub name) a LoRA run's adapters apply to: its
     --init-from, exported first when that is a zoo run."""
     cfg = run.config
-    if not cfg.lora.enabled:
+    if not run.adapters:
         raise UserError(f"{checkpoint} trained every weight (lora.rank=0), so it has no "
                         "adapter; export it without --adapter")
     if not cfg.init_from:
@@ -71,7 +71,7 @@ def _write_adapter(run: Run, adapters: dict, base: str, checkpoint: str, folder:
     """PEFT's adapter folder and the tokenizer, after the base is checked to be the one the
     run trained on."""
     model = adapted_model(run, checkpoint, adapters)  # refuses another base than the run's
-    write_peft_adapter(model, run.config.lora, base, folder)
+    write_peft_adapter(model, run.adapters, base, folder)
     run.task.write_hf_extras(run.config, run.family.hf_config(run.config.model), folder)
 
 

@@ -109,7 +109,7 @@ def make_plan(run: Run, target_mfu: float, model=None) -> Plan:
         target_mfu,
         dcn_bytes=2 * (slices - 1) / slices * gradient_shard,
         flops_basis=("forward and backward, causal, without the frozen base's weight "
-                     "gradients (LoRA)" if cfg.lora.enabled else Plan.flops_basis),
+                     "gradients (LoRA)" if run.adapters else Plan.flops_basis),
     )
 
 

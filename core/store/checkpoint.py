@@ -33,13 +33,13 @@ writes it on a background thread over a gloo group of its own; the next save, `w
 the end of training wait for it. A save that fails for lack of space (or any OS error) removes
 its partial folder and says so in one line (at the next `wait()` when it ran in background).
 
-Optimizer state is keyed by parameter name and restored without a training step: `restore`
-reads the checkpoint's metadata, allocates zero tensors of the saved shapes (the ones shaped
-like their parameter on the parameter's device, with its sharding), loads into them in place
-and hands the result to `optimizer.load_state_dict`.
+Optimizer state is keyed by parameter name (core/store/optimizer_state.py) and restored
+without a training step. Frozen parameters (a LoRA run's base) are left out of the
+checkpoint: the run loads them again from where it started, and the checkpoint records
+their fingerprint (core/store/frozen_base.py), which a restore checks.
 
-`load_checkpoint` reads the model's shards (or `model.safetensors`) on the host CPU and never
-imports torch_xla, so evaluation and export run anywhere. Consolidating at save time is off by
+A checkpoint is read offline, on the host and without torch_xla, by
+core/store/checkpoint_reader.py (evaluation, export). Consolidating at save time is off by
 default: it gathers every full tensor into every host's memory (280 GB for a 70B model in
 fp32) on each save. The rest imports torch_xla lazily, inside the methods.
 """
@@ -54,39 +54,35 @@ import json
 import os
 import sys
 import uuid
-import warnings
-from itertools import zip_longest
+import weakref
 
 import safetensors.torch
 import torch
 
 from core import backends
-from core.backends import zeros_like_param
-from core.errors import UserError
 from core.hosts import Hosts
 from core.hosts import current as current_hosts
-from core.remat import unstack_weights
+from core.store import frozen_base
+from core.store.checkpoint_reader import (
+    META_FILE,
+    WEIGHTS_FILE,
+    CheckpointError,
+    complete_steps,
+    first_misfit,
+    quiet_single_process,
+)
 from core.store.location import Store, answered, reason
 from core.store.manifest import MANIFEST, damage, is_committed, write_manifest
+from core.store.optimizer_state import (
+    check_groups,
+    optimizer_state_dict,
+    optimizer_targets,
+    param_names,
+    split_optimizer,
+)
 from core.store.run_folder import step_dir_name, step_of
 
-WEIGHTS_FILE = "model.safetensors"
-_META_FILE = "meta.json"
 _TRAINER_FILE = "trainer.pt"
-# the `extra` entry that records the frozen weights a checkpoint leaves out (core/lora.py)
-BASE_FINGERPRINT = "base_fingerprint"
-
-
-class CheckpointError(UserError):
-    """A checkpoint that is missing or does not fit the model/optimizer being restored."""
-
-
-def complete_steps(location) -> list[int]:
-    """Steps of the committed checkpoints at `location` (a path, URL or Store), ascending."""
-    store = location if isinstance(location, Store) else Store(location)
-    steps = [(step_of(name), name) for name in store.children()]
-    return sorted(step for step, name in steps
-                  if step is not None and is_committed(store / name))
 
 
 class Checkpointer:
@@ -110,6 +106,8 @@ class Checkpointer:
         self._writer: Hosts | None = None  # the background writer's own group of the hosts
         self._background = concurrent.futures.ThreadPoolExecutor(1) if async_save else None
         self._pending: concurrent.futures.Future | None = None
+        # model -> its frozen weights' fingerprint: made once, as they never change
+        self._fingerprints: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     @property
     def backend(self):
@@ -139,15 +137,18 @@ class Checkpointer:
         data_position: int = 0,
         extra: dict | None = None,
     ) -> Store:
-        """Write a checkpoint for `step` (in background with async_save); its folder."""
+        """Write a checkpoint for `step` (in background with async_save); its folder. `extra`
+        gains the fingerprint of the model's frozen weights, when some are."""
         self.wait()
-        meta = {"step": int(step), "data_position": int(data_position), "extra": extra or {}}
+        base = self._base_fingerprint(model)  # what the checkpoint leaves out, known again
+        extra = {**(extra or {}), frozen_base.BASE_FINGERPRINT: base} if base else extra or {}
+        meta = {"step": int(step), "data_position": int(data_position), "extra": extra}
         try:
             json.dumps(meta["extra"])
         except (TypeError, ValueError) as err:
             raise CheckpointError(f"checkpoint extra must be JSON-serialisable: {err}") from None
-        names = _param_names(model)
-        opt_tensors, opt_values, groups = _split_optimizer(optimizer, names)
+        names = param_names(model)
+        opt_tensors, opt_values, groups = split_optimizer(optimizer, names)
 
         # pending computations (the last step's updates) first; the RNG right after them
         self.backend.materialize()
@@ -240,6 +241,13 @@ class Checkpointer:
         for step in complete_steps(self.store)[: -self.keep]:
             _remove_checkpoint(self.path(step))
 
+    def _base_fingerprint(self, model) -> dict[str, float]:
+        """The fingerprint of `model`'s frozen weights (none when all train), which a
+        checkpoint records because it does not hold them."""
+        if model not in self._fingerprints:
+            self._fingerprints[model] = frozen_base.fingerprint(model)
+        return self._fingerprints[model]
+
     # -- resume ----------------------------------------------------------------------------
 
     def resume_step(self) -> int | None:
@@ -273,7 +281,8 @@ class Checkpointer:
 
     def restore(self, model, optimizer, scheduler=None, step: int | None = None) -> dict:
         """Load a checkpoint (default: the latest) in place into model, optimizer, scheduler
-        and the RNGs; parameters keep their sharding. Returns step, data_position, extra."""
+        and the RNGs; parameters keep their sharding. Returns step, data_position, extra.
+        Refused when `model`'s frozen weights are not those the checkpoint was saved over."""
         steps = complete_steps(self.store)
         if not steps:
             raise CheckpointError(
@@ -290,7 +299,7 @@ class Checkpointer:
         from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader  # start-up
 
         hosts = current_hosts()
-        meta = json.loads(folder.read_text(_META_FILE))
+        meta = json.loads(folder.read_text(META_FILE))
         shared = self._is_shared(hosts)
         if not shared and meta.get("processes") != hosts.count:
             raise CheckpointError(
@@ -298,24 +307,30 @@ class Checkpointer:
                 f"hosts; it restores only on {meta['processes']} hosts (keep checkpoints in a "
                 "gs:// bucket to change the slice)"
             )
+        if not frozen_base.same_fingerprint(
+                meta["extra"].get(frozen_base.BASE_FINGERPRINT, {}), self._base_fingerprint(model)):
+            raise CheckpointError(
+                f"the checkpoint at step {step} trained adapters on other frozen weights than "
+                f"this run starts from (was its --init-from folder changed?); restore that "
+                f"base, or train in a new --out")
         reader = FsspecReader(folder.url)
         saved = reader.read_metadata().state_dict_metadata
         model_state = trained_state(model, keep_vars=True)  # the live tensors: load in place
         _check_model(folder, model_state, saved)
         trainer = _torch_load(folder, _TRAINER_FILE)
-        names = _param_names(model)
-        _check_groups(folder, optimizer, names, trainer["param_groups"])
+        names = param_names(model)
+        check_groups(folder, optimizer, names, trainer["param_groups"])
         if scheduler is not None and trainer["scheduler"] is None:
             raise CheckpointError(f"checkpoint {folder} has no LR scheduler state to restore")
 
-        opt_tensors = _optimizer_targets(optimizer, names, saved)
+        opt_tensors = optimizer_targets(optimizer, names, saved)
         self.backend.materialize()  # the zero buffers are device data the planner loads into
         state = {f"model.{k}": v for k, v in model_state.items()}
         state.update({f"optim.{n}.{key}": t for (n, key), t in opt_tensors.items()})
-        with _quiet_single_process():
+        with quiet_single_process():
             dcp.load(state, storage_reader=reader, planner=self.backend.load_planner(),
                      process_group=hosts.group, no_dist=not shared or hosts.group is None)
-        optimizer.load_state_dict(_optimizer_state_dict(optimizer, names, opt_tensors, trainer))
+        optimizer.load_state_dict(optimizer_state_dict(optimizer, names, opt_tensors, trainer))
         if scheduler is not None:
             scheduler.load_state_dict(trainer["scheduler"])
 
@@ -349,7 +364,7 @@ class _Save:
         # thread_count > 1: with torchax installed the default single-thread writer picks
         # an overlapping loader that asks torchax for CUDA-style streams and fails.
         writer = FsspecWriter(self.folder.url, thread_count=2)
-        with _quiet_single_process():
+        with quiet_single_process():
             dcp.save(self.state, storage_writer=writer, planner=self.planner,
                      process_group=self.hosts.group,
                      no_dist=not self.shared or self.hosts.group is None)
@@ -359,7 +374,7 @@ class _Save:
                 self.folder.write_bytes(WEIGHTS_FILE,
                                         safetensors.torch.save(self.weights, {"format": "pt"}))
             self.folder.write_bytes(_TRAINER_FILE, _torch_bytes(self.trainer))
-            self.folder.write_text(_META_FILE, json.dumps(self.meta, indent=1, sort_keys=True))
+            self.folder.write_text(META_FILE, json.dumps(self.meta, indent=1, sort_keys=True))
         self.hosts.barrier()  # every host's files are written...
         if self.writes_alone:
             write_manifest(self.folder)  # ...before the commit lists them
@@ -373,7 +388,7 @@ def _full_weights(model) -> dict[str, torch.Tensor]:
     def whole(value):
         return value.full_tensor() if isinstance(value, DTensor) else value
 
-    with _quiet_single_process():
+    with quiet_single_process():
         return {k: whole(v.detach()).cpu().contiguous() for k, v in trained_state(model).items()}
 
 
@@ -418,33 +433,6 @@ def _remove_checkpoint(folder: Store) -> None:
     folder.remove()
 
 
-def load_checkpoint(path) -> dict[str, torch.Tensor]:
-    """Full (unsharded) weights by per-layer (Hugging Face) state_dict name, needing no
-    torch_xla: a scanned stack's stacked weights are split into its layers.
-
-    `path` (a local path or a URL) is a checkpoint folder (`.../step-N`), a checkpoint
-    location, or a run folder whose checkpoints are in `checkpoints/` (the trainer's default);
-    the latter two give the newest complete checkpoint.
-    """
-    store = Store(path)
-    if _is_checkpoint(store):
-        return unstack_weights(_read_weights(store))
-    in_run = store / "checkpoints"
-    for folder in (store, in_run):
-        steps = complete_steps(folder)
-        if steps:
-            return unstack_weights(_read_weights(folder / step_dir_name(steps[-1])))
-    raise CheckpointError(
-        f"{path} is neither a checkpoint folder (no {WEIGHTS_FILE} or shards) nor a folder "
-        f"with complete step-NNNNNNNN checkpoints (directly or in {in_run.name}/)"
-    )
-
-
-def saved_extra(folder) -> dict:
-    """The `extra` a checkpoint folder was saved with."""
-    return json.loads(Store(folder).read_text(_META_FILE))["extra"]
-
-
 def _os_error(error: BaseException) -> OSError | None:
     """The OS error (e.g. ENOSPC) behind a failed write, also when DCP wraps it."""
     for _ in range(10):
@@ -458,77 +446,16 @@ def _os_error(error: BaseException) -> OSError | None:
     return None
 
 
-def _is_checkpoint(folder: Store) -> bool:
-    return folder.exists(WEIGHTS_FILE) or folder.exists(".metadata")
-
-
-def _read_weights(folder: Store) -> dict[str, torch.Tensor]:
-    """The consolidated file when there is one; otherwise the `model.` entries of the DCP
-    shards, assembled into full tensors on the host (optimizer state is not read)."""
-    problem = damage(folder)
-    if problem is not None:
-        raise CheckpointError(f"checkpoint {folder} is damaged: {problem}; use an older "
-                              "checkpoint of the run (checkpoints/step-N)")
-    if folder.exists(WEIGHTS_FILE):
-        return safetensors.torch.load(folder.read_bytes(WEIGHTS_FILE))
-    import torch.distributed.checkpoint as dcp  # start-up
-    from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader  # start-up
-    from torch.distributed.checkpoint.metadata import TensorStorageMetadata  # start-up
-
-    reader = FsspecReader(folder.url)
-    saved = {name: meta for name, meta in reader.read_metadata().state_dict_metadata.items()
-             if name.startswith("model.") and isinstance(meta, TensorStorageMetadata)}
-    for name, meta in saved.items():
-        if sum(chunk.sizes.numel() for chunk in meta.chunks) < meta.size.numel():
-            raise CheckpointError(
-                f"checkpoint {folder} holds only part of {name.removeprefix('model.')} (a "
-                "checkpoint on one host's own disk); export from checkpoints every host wrote "
-                "to one place (a gs:// bucket), or train with consolidate_checkpoints=true"
-            )
-    state = {name: torch.empty(meta.size, dtype=meta.properties.dtype)
-             for name, meta in saved.items()}
-    with _quiet_single_process():
-        dcp.load(state, storage_reader=reader, no_dist=True)
-    return {name.removeprefix("model."): tensor for name, tensor in state.items()}
-
-
 # -- helpers -------------------------------------------------------------------------------
 
 
 def trained_state(model, keep_vars: bool = False) -> dict[str, torch.Tensor]:
     """What a checkpoint holds of the model: its state but the frozen parameters (a LoRA
     run's base, which the run loads again from where it started and knows by the
-    fingerprint it saves, core/lora.py)."""
+    fingerprint it saves, core/store/frozen_base.py)."""
     frozen = {name for name, param in model.named_parameters(remove_duplicate=False)
               if not param.requires_grad}
     return {k: v for k, v in model.state_dict(keep_vars=keep_vars).items() if k not in frozen}
-
-
-def _param_names(model) -> dict[int, str]:
-    return {id(p): name for name, p in model.named_parameters()}
-
-
-def _split_optimizer(optimizer, names: dict[int, str]):
-    """Optimizer state keyed by parameter name: tensors (for DCP), other values, and the
-    param groups with parameter names in place of the parameters."""
-    tensors, values, groups = {}, {}, []
-    for group in optimizer.param_groups:
-        group_names = []
-        for param in group["params"]:
-            if id(param) not in names:
-                raise CheckpointError(
-                    "the optimizer holds a parameter that is not in the model; build the "
-                    "optimizer from model.parameters()"
-                )
-            name = names[id(param)]
-            group_names.append(name)
-            for key, value in optimizer.state.get(param, {}).items():
-                if isinstance(value, torch.Tensor):
-                    tensors[name, key] = value
-                else:
-                    values.setdefault(name, {})[key] = value
-        groups.append({**{k: v for k, v in group.items() if k != "params"}, "params": group_names})
-    return tensors, values, groups
 
 
 def _check_model(path: Store, model_state: dict, saved: dict) -> None:
@@ -538,93 +465,6 @@ def _check_model(path: Store, model_state: dict, saved: dict) -> None:
     misfit = first_misfit({k: list(t.shape) for k, t in model_state.items()}, saved_shapes)
     if misfit:
         raise CheckpointError(f"checkpoint {path} does not fit the model: {misfit}")
-
-
-def first_misfit(model: dict[str, list[int]], saved: dict[str, list[int]],
-                 required: set[str] | None = None) -> str | None:
-    """The first tensor by which `saved` shapes (a checkpoint's) do not fit `model` shapes,
-    in words; None when they fit. `required`: the model's names a checkpoint must hold (by
-    default all; a tied weight may be absent)."""
-    for name in sorted(model):
-        if name not in saved:
-            if required is None or name in required:
-                return f"'{name}' is in the model but not in the checkpoint"
-        elif saved[name] != model[name]:
-            return (f"'{name}' has shape {saved[name]} in the checkpoint but {model[name]} "
-                    "in the model")
-    extra = sorted(set(saved) - set(model))
-    return f"'{extra[0]}' is in the checkpoint but not in the model" if extra else None
-
-
-def _check_groups(path: Store, optimizer, names: dict[int, str], saved_groups: list) -> None:
-    if len(saved_groups) != len(optimizer.param_groups):
-        raise CheckpointError(
-            f"checkpoint {path} has {len(saved_groups)} optimizer param groups but the "
-            f"optimizer has {len(optimizer.param_groups)}"
-        )
-    for index, (group, saved) in enumerate(zip(optimizer.param_groups, saved_groups)):
-        current = [names.get(id(p), "?") for p in group["params"]]
-        for position, (ours, theirs) in enumerate(zip_longest(current, saved["params"])):
-            if ours != theirs:
-                raise CheckpointError(
-                    f"checkpoint {path}: optimizer param group {index} has '{ours}' at "
-                    f"position {position} but the checkpoint has '{theirs}'"
-                )
-
-
-def _optimizer_targets(optimizer, names: dict[int, str], saved: dict) -> dict:
-    """Zero tensors to load the saved optimizer state into, one per saved tensor.
-
-    State shaped like its parameter (exp_avg, exp_avg_sq, ...) lives on the parameter's device
-    with the parameter's sharding, which is what a training step would have created; anything
-    else (AdamW's scalar `step`) is a CPU tensor, as torch keeps it.
-    """
-    by_param: dict[str, dict] = {}
-    for fqn, md in saved.items():
-        if fqn.startswith("optim.") and hasattr(md, "size"):
-            name, _, key = fqn[len("optim.") :].rpartition(".")
-            by_param.setdefault(name, {})[key] = md
-    targets = {}
-    for group in optimizer.param_groups:
-        for param in group["params"]:
-            name = names[id(param)]
-            for key, md in by_param.get(name, {}).items():
-                if len(md.size) and tuple(md.size) == tuple(param.shape):
-                    zeros = zeros_like_param(param, md.properties.dtype)
-                else:
-                    zeros = torch.zeros(md.size, dtype=md.properties.dtype)
-                targets[name, key] = zeros
-    return targets
-
-
-def _optimizer_state_dict(optimizer, names: dict[int, str], tensors: dict, trainer: dict):
-    """The loaded state in `optimizer.state_dict()` form (integer ids in group order)."""
-    state, groups, index = {}, [], 0
-    for group, saved in zip(optimizer.param_groups, trainer["param_groups"]):
-        ids = []
-        for param in group["params"]:
-            name = names[id(param)]
-            entry = {key: t for (n, key), t in tensors.items() if n == name}
-            entry.update(trainer["optimizer_values"].get(name, {}))
-            if entry:
-                state[index] = entry
-            ids.append(index)
-            index += 1
-        groups.append({**saved, "params": ids})
-    return {"state": state, "param_groups": groups}
-
-
-@contextlib.contextmanager
-def _quiet_single_process():
-    """Silence warnings about torch/torch_xla internals that users cannot act on: DCP without
-    a process group (our single-process case), its planner signature, storage deprecations."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        warnings.filterwarnings(
-            "ignore", category=UserWarning, module=r"torch(_xla)?\.(distributed|storage)"
-        )
-        warnings.filterwarnings("ignore", message=".*TypedStorage is deprecated")
-        yield
 
 
 def _torch_bytes(obj) -> bytes:

@@ -80,7 +80,7 @@ def test_training_on_the_teaching_text_is_measured_by_eval(trained_run, untraine
 
 def zoo_model(run):
     """The zoo family's own model with the run's latest weights."""
-    from core.store.checkpoint import load_checkpoint
+    from core.store.checkpoint_reader import load_checkpoint
     from zoo.app.saved_run import checkpoint_of, load_run
 
     resolved, _ = load_run(run)

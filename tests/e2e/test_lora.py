@@ -30,7 +30,7 @@ def test_xla_and_dtensor_tune_alike_and_a_resumed_run_continues(tuned):
 
 
 def test_the_checkpoint_holds_the_adapters_alone(tuned, pretrained_run):
-    from core.store.checkpoint import load_checkpoint
+    from core.store.checkpoint_reader import load_checkpoint
 
     def size(folder):
         return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())

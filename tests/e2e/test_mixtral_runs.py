@@ -44,7 +44,7 @@ def test_expert_adapters_tune_alike_scanned_on_the_expert_mesh_and_on_dtensor(tr
     they are checkpointed, and the xla run (experts split over `expert`, layers scanned)
     gives the dtensor run's LM losses (the total differs in the balancing term, computed
     per process there: docs/backends.md)."""
-    from core.store.checkpoint import load_checkpoint
+    from core.store.checkpoint_reader import load_checkpoint
 
     tune = ["train", "--init-from", str(trained), "--steps", "3", "lora.rank=4", "seq_len=64",
             "lora.targets=[q_proj,gate_up_proj,down_proj]", "log_every=1", "optim.lr=1e-2"]
@@ -71,7 +71,7 @@ def test_sigkill_then_rerun_resumes_with_identical_losses(trained, tmp_path):
 
 @pytest.mark.slow  # by default every family's export loads (tests/multidevice/test_conformance.py)
 def test_export_loads_in_transformers_with_our_logits(trained, tmp_path):
-    from core.store.checkpoint import load_checkpoint
+    from core.store.checkpoint_reader import load_checkpoint
     from zoo.mixtral.config import SIZES
     from zoo.mixtral.family import FAMILY
 

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
-from core.store.checkpoint import load_checkpoint
+from core.store.checkpoint_reader import load_checkpoint
 from tests.support.runs import zoo
 
 # by default: tests/unit/test_nan_guard.py (the guard under each policy)

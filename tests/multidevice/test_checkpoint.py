@@ -15,7 +15,8 @@ import torch
 from safetensors.torch import save_file
 
 from core.errors import UserError
-from core.store.checkpoint import Checkpointer, load_checkpoint
+from core.store.checkpoint import Checkpointer
+from core.store.checkpoint_reader import load_checkpoint
 from core.store.location import Store
 from core.store.manifest import write_manifest
 from tests.support.checkpoint_worker import BATCH, RESTORE_STEP, STEPS
@@ -147,7 +148,7 @@ def test_load_checkpoint_needs_no_torch_xla_and_gives_full_hf_named_tensors(runs
     dest = runs["out"] / "loaded.pt"
     code = (
         "import sys, torch\n"
-        "from core.store.checkpoint import load_checkpoint\n"
+        "from core.store.checkpoint_reader import load_checkpoint\n"
         f"latest = load_checkpoint({str(run_dir)!r})\n"
         f"older = load_checkpoint({str(run_dir / 'step-00000004')!r})\n"
         f"consolidated = load_checkpoint({str(runs['out'] / 'consolidated-4')!r})\n"

@@ -154,7 +154,7 @@ def loss_on_example(name: str, forward) -> torch.Tensor:
 
 @pytest.mark.parametrize("name", [trained(n) for n in FAMILIES if family(n).hf_class])
 def test_export_loads_in_transformers_with_the_same_loss(worker_runs, name, tmp_path):
-    from core.store.checkpoint import load_checkpoint
+    from core.store.checkpoint_reader import load_checkpoint
     from eval.export import export
 
     fam = family(name)

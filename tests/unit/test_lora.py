@@ -12,6 +12,7 @@ import torch
 from core import lora
 from core.errors import UserError
 from core.sharding import ShardingError, ShardingRules, base_weight_of, plan_params
+from core.store import frozen_base
 from zoo.registry import family
 
 EVERY_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -191,12 +192,12 @@ def test_bad_settings_are_refused(values, message):
 def test_a_fingerprint_knows_its_base_again():
     _, _, model = tiny_llama()
     lora.add_adapters(model, CONFIG, seed=0)
-    saved = lora.fingerprint(model)
+    saved = frozen_base.fingerprint(model)
     assert "model.layers.1.mlp.down_proj.weight" in saved and not any("lora" in n for n in saved)
-    assert lora.same_fingerprint(saved, lora.fingerprint(model))
+    assert frozen_base.same_fingerprint(saved, frozen_base.fingerprint(model))
     with torch.no_grad():
         model.model.layers[1].mlp.down_proj.weight.mul_(1.01)
-    assert not lora.same_fingerprint(saved, lora.fingerprint(model))
+    assert not frozen_base.same_fingerprint(saved, frozen_base.fingerprint(model))
 
 
 @pytest.mark.parametrize("name, adapters", [("llama", CONFIG), ("mixtral", EXPERTS)])

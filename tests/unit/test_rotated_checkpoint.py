@@ -10,7 +10,7 @@ import torch
 
 from core.errors import UserError
 from core.store import location as location_lib
-from core.store.checkpoint import WEIGHTS_FILE
+from core.store.checkpoint_reader import WEIGHTS_FILE
 from core.store.location import Store
 from core.store.manifest import write_manifest
 from zoo.app.saved_run import newest_weights

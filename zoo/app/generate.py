@@ -15,7 +15,7 @@ import torch
 from core.data import load_tokenizer
 from core.errors import UserError
 from core.hf import misfit
-from core.store.checkpoint import first_misfit
+from core.store.checkpoint_reader import first_misfit
 from zoo.app.init_from import model_weights
 from zoo.app.saved_run import load_run, refuse_misfit
 

@@ -120,26 +120,25 @@ def model_weights(source: str) -> tuple[str, dict]:
 
     checkpoint, weights = newest_weights(source)
     run = load_run(source)[0]
-    if not run.config.lora.enabled:
+    if not run.adapters:
         return checkpoint, weights
     model = adapted_model(run, checkpoint, weights)
-    return checkpoint, lora.merged(model.state_dict(), run.config.lora.scale)
+    return checkpoint, lora.merged(model.state_dict(), run.adapters.scale)
 
 
 def adapted_model(run, checkpoint: str, adapters: dict):
     """A LoRA run's model on the host: its base (`init_from`, or the seed of a random
     start), checked against the fingerprint its checkpoint saved, with the checkpoint's
     adapters (`adapters`: its weights), unmerged, as it trained."""
-    from core import lora  # torch
-    from core.store.checkpoint import BASE_FINGERPRINT, saved_extra  # torch
+    from core.store import frozen_base  # torch
+    from core.store.checkpoint_reader import saved_extra  # torch
 
     cfg = run.config
     model = run.family.build(cfg.model, seed=cfg.seed)
     if cfg.init_from:
         starting_point(cfg.init_from, cfg.model_name).load(model, announce=False)
-    lora.add_adapters(model, cfg.lora, seed=cfg.seed)
-    if not lora.same_fingerprint(saved_extra(checkpoint).get(BASE_FINGERPRINT, {}),
-                                 lora.fingerprint(model)):
+    model = run.transform_model(model, seed=cfg.seed)
+    if not frozen_base.fits(saved_extra(checkpoint), model):
         start = cfg.init_from or f"the random weights of seed {cfg.seed}"
         raise UserError(f"{checkpoint} holds LoRA adapters trained on other weights than "
                         f"{start} holds now; restore the base the run trained on")

@@ -45,16 +45,27 @@ class Run:
         model = self.family.model_for(self.config.model, self.topology, self.config.mesh)
         return dataclasses.replace(self.config, model=model)
 
+    @property
+    def adapters(self) -> lora.LoraConfig | None:
+        """The LoRA adapters the run trains on its frozen base; None when every weight
+        trains."""
+        return self.config.lora if self.config.lora.enabled else None
+
+    def transform_model(self, model, seed: int):
+        """`model` (built, its starting weights loaded) as the run trains it: the one place
+        the run's model transforms are applied (LoRA adapters on a frozen base)."""
+        if self.adapters:
+            lora.add_adapters(model, self.adapters, seed=seed)
+        return model
+
     def meta_model(self, model_config=None):
         """The run's model on the meta device (nothing allocated; `model_config` in place of
-        its architecture), with its LoRA adapters: what plans count and trace."""
+        its architecture), transformed: what plans count and trace."""
         import torch  # start-up
 
         with torch.device("meta"):
             model = self.family.build(model_config or self.config.model, init=False)
-            if self.config.lora.enabled:
-                lora.add_adapters(model, self.config.lora, seed=0)
-        return model
+            return self.transform_model(model, seed=0)
 
     def train_flops_per_item(self) -> float:
         """Model FLOPs of one item's step, what MFU counts: 3x the forward (and the forward
@@ -63,12 +74,12 @@ class Run:
         cfg = self.config
         forward = self.family.forward_flops(cfg)
         full = train_flops(forward) + self.task.reference_forwards * forward  # DPO's reference
-        if not cfg.lora.enabled:
+        if not self.adapters:
             return full
         plain = {"attention": "plain"} if hasattr(cfg.model, "attention") else {}  # countable
         model = dataclasses.replace(cfg.model, **plain)
         trained = lora.step_flops_ratio(  # the family's own loss: the model's step alone
-            lambda: self.family.build(model, init=False), cfg.lora, self.family.task.loss,
+            lambda: self.family.build(model, init=False), self.adapters, self.family.task.loss,
             self.family.task.example_batch(dataclasses.replace(cfg, global_batch_size=1,
                                                                grad_accum=1)))
         return full - train_flops(forward) * (1 - trained)

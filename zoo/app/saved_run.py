@@ -10,7 +10,7 @@ from pathlib import Path
 
 from core.config import parse_yaml
 from core.errors import UserError
-from core.store.checkpoint import complete_steps, load_checkpoint
+from core.store.checkpoint_reader import complete_steps, load_checkpoint
 from core.store.location import Store, answered, reason
 from core.store.manifest import is_committed
 from core.store.run_folder import LOCATION_CONFIG, RUN_CONFIG, step_dir_name, step_of
@@ -77,7 +77,7 @@ def newest_weights(path: str | Path) -> tuple[str, dict]:
 
 def refuse_misfit(checkpoint: str, problem: str | None) -> None:
     """One line when a checkpoint's weights do not fit the model its run's config describes
-    (`problem`, from core.hf.misfit or core.store.checkpoint.first_misfit)."""
+    (`problem`, from core.hf.misfit or core.store.checkpoint_reader.first_misfit)."""
     if problem:
         raise UserError(f"{checkpoint} does not fit the model its run's config describes "
                         f"({problem}); was the run's config edited after training? restore "

@@ -9,14 +9,15 @@ import os
 
 import yaml
 
-from core import backends, lora, runtime, topology
+from core import backends, runtime, topology
 from core import config as config_lib
 from core import hosts as hosts_lib
 from core.backends.xla.runtime import start
 from core.engine import MIN_TIMED_STEPS, WARMUP_STEPS, Engine
 from core.errors import UserError
 from core.run_config import resumable
-from core.store.checkpoint import check_writable, complete_steps
+from core.store.checkpoint import check_writable
+from core.store.checkpoint_reader import complete_steps
 from core.store.lease import RunIdentity, check_owner, leased
 from core.store.location import Store
 from core.store.run_folder import CHECKPOINTS, LOCATION_CONFIG, RUN_CONFIG, RUN_ID, RunFolder
@@ -111,7 +112,7 @@ def build_engine(run: Run, build_model=None, force_resume: bool = False,
         check_writable(cfg.checkpoint_location)
     if not force_resume:
         check_resumable(cfg)
-    if run.task.reference_forwards and not cfg.lora.enabled and engine_backend.places_one_model:
+    if run.task.reference_forwards and not run.adapters and engine_backend.places_one_model:
         raise UserError(f"task={run.task.name} compares with a frozen copy of the starting "
                         f"model, which --backend {backend} cannot place beside it; train LoRA "
                         "adapters (lora.rank=8: the reference is the model with them off) or "
@@ -124,8 +125,7 @@ def build_engine(run: Run, build_model=None, force_resume: bool = False,
     model = (build_model or family.build)(run.built_config.model, seed=cfg.seed)
     if origin:
         origin.load(model)
-    if cfg.lora.enabled:
-        lora.add_adapters(model, cfg.lora, seed=cfg.seed)
+    model = run.transform_model(model, seed=cfg.seed)
     engine = Engine(cfg, model, run.task, run.rules, run.remat, run.topology,
                     train_flops_per_item=train_flops_per_item, backend=engine_backend)
     return run, engine

@@ -11,7 +11,7 @@ policy's and the reference's summed log-probabilities of its trained tokens give
 
 as TRL's DPOTrainer computes them, averaged over the step's pairs. The reference is the
 starting point: under LoRA the same model with its adapters off (no second copy), otherwise a
-frozen copy placed and sharded as the model (core/engine.py). Logged with the loss: the
+frozen copy the task keeps, placed and sharded as the model (`bind`). Logged with the loss: the
 rewards (beta x each response's log-ratio), their margin and how often chosen wins.
 
     zoo train --init-from runs/llama-tiny-sft task=dpo lora.rank=8
@@ -127,11 +127,14 @@ class DirectPreference(CausalLM):
             print(f"dpo rows: {batches.describe()}", file=sys.stderr)
         return batches
 
-    def with_reference(self, reference: torch.nn.Module | None, config: DPOTrainConfig) -> Task:
-        """This task comparing with `reference` (placed as the model is; None: the model
-        itself with its LoRA adapters off), with the run's beta and loss."""
+    def bind(self, model, config: DPOTrainConfig, place) -> Task:
+        """This task comparing `model` with itself as it starts, with the run's beta and
+        loss: the model with its LoRA adapters off, or else a frozen copy of it, placed as
+        the model is."""
         bound = copy.copy(self)
-        bound.reference, bound.config = reference, config.dpo
+        if not lora.has_adapters(model):
+            bound.reference = place(copy.deepcopy(model).requires_grad_(False))
+        bound.config = config.dpo
         return bound
 
     def loss(self, model, batch):
