@@ -13,7 +13,7 @@ from core.errors import UserError
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
 ROOT = TASKS_DIR.parent.parent  # the checkout, or site-packages for an install
 # where the shipped tasks' data_files live, relative to ROOT (as the YAMLs spell them)
-DATA_FOLDERS = ("eval/tasks/data/", "zoo/data/assets/instructions/")
+DATA_FOLDERS = ("eval/tasks/data/", "zoo/assets/instructions/")
 ALIASES = {"arc": ["arc_easy", "arc_challenge"]}
 LOCAL_BUILDERS = {"json", "csv", "parquet", "text", "arrow"}
 

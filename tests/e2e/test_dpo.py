@@ -35,7 +35,7 @@ def tuned(pretrained_run, tmp_path_factory):
 @pytest.mark.parametrize("name", ["lora", pytest.param("full", marks=pytest.mark.slow)])
 def test_step_one_compares_the_model_with_itself(tuned, name):
     out, result = tuned(name)
-    assert "dpo data: zoo/data/assets/preferences/train.jsonl (chat, 2,000 rows" in result.stderr
+    assert "dpo data: zoo/assets/preferences/train.jsonl (chat, 2,000 rows" in result.stderr
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     first = next(r for r in records if r.get("step") == 1 and "loss" in r)
     assert first["loss"] == pytest.approx(math.log(2), abs=1e-4)

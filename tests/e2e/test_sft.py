@@ -18,7 +18,7 @@ def test_tuning_a_run_needs_no_model_name_and_starts_from_its_weights(tuned_with
     assert f"init: weights of {pretrained_run}/checkpoints/step-00000002" in result.stdout
     config = yaml.safe_load((out / "config.yaml").read_text())
     assert (config["model_name"], config["task"]) == ("llama-tiny", "sft")
-    assert "sft data: zoo/data/assets/instructions/train.jsonl (chat" in result.stderr
+    assert "sft data: zoo/assets/instructions/train.jsonl (chat" in result.stderr
     assert "of row tokens are examples" in result.stderr
     assert "sample: '" in result.stdout and "Assistant:" in result.stdout
 

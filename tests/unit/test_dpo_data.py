@@ -325,10 +325,10 @@ def test_a_source_is_encoded_once_and_again_when_its_file_or_template_changes(tm
 
 def test_the_shipped_set_loads_by_default_and_its_script_rewrites_it(tmp_path, tok):
     pairs = load_pairs(DPODataConfig(cache_dir=str(tmp_path / "cache")), tok, 256)
-    assert pairs.label == "zoo/data/assets/preferences/train.jsonl (chat, 2,000 rows"
+    assert pairs.label == "zoo/assets/preferences/train.jsonl (chat, 2,000 rows"
     assert (pairs.pairs, pairs.dropped) == (2000, 0)
     make_preferences.main(tmp_path)
-    shipped = ROOT / "zoo/data/assets/preferences"
+    shipped = ROOT / "zoo/assets/preferences"
     for name in ("train.jsonl", "test.jsonl"):
         assert (tmp_path / name).read_bytes() == (shipped / name).read_bytes(), (
             f"{name} is stale: .venv/bin/python -m zoo.data.assets.preferences.make_preferences")

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from tests.support.paths import ROOT
 from zoo.data.assets.instructions import make_instructions
 
-DATA = ROOT / "zoo/data/assets/instructions"
+DATA = ROOT / "zoo/assets/instructions"
 TOKENIZER = ROOT / "core/assets/tokenizer"
 # the shipped tokenizer's template as the SFT data loader renders chats, for a checkout
 # where it is not in tokenizer_config.json yet

@@ -30,12 +30,12 @@ from zoo.data import sft_data
 from zoo.data.sft_data import Encoded, Part, Piece, SFTDataConfig
 from zoo.data.source import SourceConfig
 
-DEFAULT_SOURCE = Path(__file__).resolve().parent / "assets" / "preferences" / "train.jsonl"
+DEFAULT_SOURCE = Path(__file__).resolve().parents[1] / "assets" / "preferences" / "train.jsonl"
 
 
 @dataclasses.dataclass
 class DPODataConfig(SourceConfig):
-    """Preference rows. `source` "default": zoo/data/assets/preferences/train.jsonl (chat
+    """Preference rows. `source` "default": zoo/assets/preferences/train.jsonl (chat
     rows)."""
 
     prompt_field: str = "prompt"  # absent with chat rows: the implicit prompt
@@ -57,7 +57,7 @@ class PreferencePairs:
     tokens: np.ndarray  # int32 [N]: every kept example's ids, concatenated
     trained: np.ndarray  # bool [N]: True where the token is a target (response and end marker)
     starts: np.ndarray  # int64 [2P + 1]: example 2p is pair p's prompt+chosen, 2p+1 +rejected
-    label: str  # e.g. "zoo/data/assets/preferences/train.jsonl (chat, 1,200 rows"
+    label: str  # e.g. "zoo/assets/preferences/train.jsonl (chat, 1,200 rows"
     format: str  # "prompt-completion" or "chat"
     rows: int  # rows read
     truncated: int  # pairs whose prompt head was cut (cut_prompt)

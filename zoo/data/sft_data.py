@@ -38,7 +38,7 @@ from zoo.data.packed_text import tokenizer_fingerprint
 from zoo.data.source import SourceConfig
 
 ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_SOURCE = Path(__file__).resolve().parent / "assets" / "instructions" / "train.jsonl"
+DEFAULT_SOURCE = Path(__file__).resolve().parents[1] / "assets" / "instructions" / "train.jsonl"
 TRAIN_ON = ("auto", "completion", "assistant", "all")
 TRUNCATION = ("drop", "cut_prompt")
 CHUNK = 1024  # rows tokenized per call (a fast tokenizer spreads a call over all cores)
@@ -47,7 +47,7 @@ Examples = TypeVar("Examples")  # SFTExamples, or another loader's (tokens, trai
 
 @dataclasses.dataclass
 class SFTDataConfig(SourceConfig):
-    """Instruction rows. `source` "default": zoo/data/assets/instructions/train.jsonl (chat
+    """Instruction rows. `source` "default": zoo/assets/instructions/train.jsonl (chat
     rows)."""
 
     prompt_field: str = "prompt"
@@ -83,7 +83,7 @@ class SFTExamples:
     tokens: np.ndarray  # int32 [N]: every kept example's ids, concatenated
     trained: np.ndarray  # bool [N]: True where that token is a target of the loss
     starts: np.ndarray  # int64 [E + 1]: example e is tokens[starts[e]:starts[e+1]]
-    label: str  # e.g. "zoo/data/assets/instructions/train.jsonl (chat, 1,200 rows"
+    label: str  # e.g. "zoo/assets/instructions/train.jsonl (chat, 1,200 rows"
     format: str  # "prompt-completion" or "chat"
     train_on: str  # resolved: "completion", "assistant" or "all"
     rows: int  # rows read

@@ -2,7 +2,7 @@
 
     .venv/bin/python -m zoo.data.assets.preferences.make_preferences
 
-Made from the shipped instruction set (zoo/data/assets/instructions/*.jsonl): each of its
+Made from the shipped instruction set (zoo/assets/instructions/*.jsonl): each of its
 chat rows becomes a TRL preference row with an explicit prompt,
 
     {"prompt": [system?, user], "chosen": [{"role": "assistant", "content": the answer}],
