@@ -11,7 +11,7 @@ import pytest
 
 from core.data import DataError, load_tokenizer
 from tests.support.paths import ROOT
-from zoo.data.assets.preferences import make_preferences
+from zoo.assets.preferences import make_preferences
 from zoo.data.dpo_data import DPODataConfig, load_pairs
 from zoo.data.sft_data import SFTDataConfig, load_examples
 
@@ -331,7 +331,7 @@ def test_the_shipped_set_loads_by_default_and_its_script_rewrites_it(tmp_path, t
     shipped = ROOT / "zoo/assets/preferences"
     for name in ("train.jsonl", "test.jsonl"):
         assert (tmp_path / name).read_bytes() == (shipped / name).read_bytes(), (
-            f"{name} is stale: .venv/bin/python -m zoo.data.assets.preferences.make_preferences")
+            f"{name} is stale: .venv/bin/python -m zoo.assets.preferences.make_preferences")
     assert (shipped / "train.jsonl").stat().st_size < 1_000_000
     test = load_pairs(DPODataConfig(source=str(shipped / "test.jsonl"),
                                     cache_dir=str(tmp_path / "cache")), tok, 256)

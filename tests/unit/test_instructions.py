@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from tests.support.paths import ROOT
-from zoo.data.assets.instructions import make_instructions
+from zoo.assets.instructions import make_instructions
 
 DATA = ROOT / "zoo/assets/instructions"
 TOKENIZER = ROOT / "core/assets/tokenizer"
@@ -44,7 +44,7 @@ def test_the_generator_writes_the_shipped_files_byte_for_byte():
     assert rendered == make_instructions.render()
     for name, text in rendered.items():
         assert (DATA / name).read_bytes() == text.encode(), (
-            f"{name} is stale: .venv/bin/python -m zoo.data.assets.instructions.make_instructions")
+            f"{name} is stale: .venv/bin/python -m zoo.assets.instructions.make_instructions")
 
 
 def test_rows_are_chats_and_test_rows_carry_question_and_answer():

@@ -1,6 +1,6 @@
 """Write the shipped instruction set (train.jsonl, test.jsonl beside this file).
 
-    .venv/bin/python -m zoo.data.assets.instructions.make_instructions
+    .venv/bin/python -m zoo.assets.instructions.make_instructions
 
 Chat rows `{"messages": [{"role": ..., "content": ...}, ...]}` of three rules a tiny model
 learns in a few hundred steps, each answer 1-3 tokens of the shipped tokenizer:

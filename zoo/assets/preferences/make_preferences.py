@@ -1,6 +1,6 @@
 """Write the shipped preference set (train.jsonl, test.jsonl beside this file).
 
-    .venv/bin/python -m zoo.data.assets.preferences.make_preferences
+    .venv/bin/python -m zoo.assets.preferences.make_preferences
 
 Made from the shipped instruction set (zoo/assets/instructions/*.jsonl): each of its
 chat rows becomes a TRL preference row with an explicit prompt,
