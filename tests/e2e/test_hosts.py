@@ -15,7 +15,7 @@ import time
 import pytest
 
 from tests.support.paths import ROOT
-from tests.support.runs import env, losses, zoo, zoo_command
+from tests.support.runs import env, losses, zoo, zoo_command, zoo_here
 
 SMALL = ["llama-tiny", "--tpu", "cpu-1", "model.num_hidden_layers=1", "seq_len=64",
          "global_batch_size=4", "log_every=1", "optim.lr=1e-3", "checkpoint_every=1000",
@@ -98,6 +98,6 @@ def test_sigterm_on_one_host_saves_the_same_step_everywhere_and_resumes_exactly(
     assert len(offline) == 2 and all(name.endswith(f"-{run_id}") for name in offline)
     if store == "shared":  # the bucket alone is enough to export its newest checkpoint
         url = f"file://{shared}/step-00000016"
-        exported = zoo("export", url, str(tmp_path / "hf"))
-        assert exported.returncode == 0, exported.stderr[-3000:]
+        exported = zoo_here("export", url, str(tmp_path / "hf"))  # in this process
+        assert exported.exit_code == 0, exported.output[-3000:]
         assert (tmp_path / "hf" / "config.json").is_file()

@@ -17,6 +17,7 @@ import yaml
 
 from core import goodput
 from tests.support.runs import (
+    forked_zoo,
     kill_after_first_checkpoint_then_rerun,
     losses,
     popen_zoo,
@@ -233,21 +234,25 @@ def test_init_from_a_hugging_face_directory_with_its_tokenizer_and_no_model_name
 
 
 def test_resume_refuses_other_settings_and_allows_harmless_ones(reference_run, tmp_path):
-    run = tmp_path / "run"
-    shutil.copytree(reference_run[0], run)
-    base = ["train", "llama-tiny", "--tpu", "cpu-4", "--steps", "12", "--out", str(run),
-            "checkpoint_every=4", *SMALL]
-    with ThreadPoolExecutor(max_workers=2) as pool:  # the refusal takes no lock: side by side
-        changed, harmless = pool.map(lambda extra: zoo(*base, *extra),
-                                     [("optim.lr=5e-3", "seq_len=32"), ("keep_checkpoints=5",)])
-    assert changed.returncode != 0 and len(changed.stderr.strip().splitlines()) == 1
-    assert "other settings (optim.lr: 0.001 -> 0.005, seq_len: 64 -> 32)" in changed.stderr
-    assert "--force-resume" in changed.stderr and "Traceback" not in changed.stderr
-    assert harmless.returncode == 0 and "nothing to do" in harmless.stdout, harmless.stderr
+    """The three resumes are forks of one process that has imported the CLI (none trains:
+    the run has its 12 steps), side by side; the forced one on a copy of its own, so the
+    refusal's folder shows that the refusal wrote nothing."""
+    run, forced_run = tmp_path / "run", tmp_path / "forced"
+    for copy in (run, forced_run):
+        shutil.copytree(reference_run[0], copy)
+    base = ["train", "llama-tiny", "--tpu", "cpu-4", "--steps", "12", "checkpoint_every=4",
+            *SMALL]
+    changed, harmless, forced = forked_zoo(  # the refusal takes no lock: side by side
+        [[*base, "--out", str(run), "optim.lr=5e-3", "seq_len=32"],
+         [*base, "--out", str(run), "keep_checkpoints=5"],
+         [*base, "--out", str(forced_run), "optim.lr=5e-3", "--force-resume"]], tmp_path)
+    assert changed["returncode"] != 0 and len(changed["stderr"].strip().splitlines()) == 1
+    assert "other settings (optim.lr: 0.001 -> 0.005, seq_len: 64 -> 32)" in changed["stderr"]
+    assert "--force-resume" in changed["stderr"] and "Traceback" not in changed["stderr"]
+    assert harmless["returncode"] == 0 and "nothing to do" in harmless["stdout"], harmless
     config = yaml.safe_load((run / "config.yaml").read_text())  # the refusal wrote nothing
     assert (config["optim"]["lr"], config["seq_len"]) == (0.001, 64)
-    forced = zoo(*base, "optim.lr=5e-3", "--force-resume")
-    assert forced.returncode == 0 and "nothing to do" in forced.stdout, forced.stderr
+    assert forced["returncode"] == 0 and "nothing to do" in forced["stdout"], forced
 
 
 @pytest.mark.slow  # by default: the two identical starts above, and tests/unit/test_run_lock.py

@@ -81,19 +81,25 @@ def family_cases(name: str) -> list:
 
 
 def compile_cases(jobs: list[tuple[str, list]], out_dir: Path, timeout: int = 1800) -> dict:
-    """[(slice, cases)] -> {slice: [records]}: one worker process per job, all in parallel
-    (a slice may have several jobs)."""
+    """[(slice, cases)] -> {slice: [records]}: one worker process per device count (the
+    slices of one count share a process), all in parallel."""
+    by_devices: dict = {}
+    for slice_type, cases in jobs:
+        by_devices.setdefault(parse(slice_type).devices, []).append((slice_type, cases))
     procs = []
-    for index, (slice_type, cases) in enumerate(jobs):
-        out = out_dir / f"{index}-{slice_type}.json"
-        procs.append((slice_type, out, subprocess.Popen(
-            [sys.executable, "-m", WORKER, str(out), slice_type, json.dumps(cases)], cwd=ROOT,
+    for devices, shared in by_devices.items():
+        out = out_dir / f"{devices}-devices.json"
+        procs.append((shared, out, subprocess.Popen(
+            [sys.executable, "-m", WORKER, str(out), json.dumps(shared)], cwd=ROOT,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
-    results = {}
-    for slice_type, out, proc in procs:
+    results: dict = {}
+    for shared, out, proc in procs:
         log, _ = proc.communicate(timeout=timeout)
-        assert proc.returncode == 0, f"compiling for {slice_type} failed:\n{log[-3000:]}"
-        results.setdefault(slice_type, []).extend(json.loads(out.read_text()))
+        names = ", ".join(slice_type for slice_type, _ in shared)
+        assert proc.returncode == 0, f"compiling for {names} failed:\n{log[-3000:]}"
+        records = iter(json.loads(out.read_text()))
+        for slice_type, cases in shared:  # the worker's records, in the jobs' order
+            results.setdefault(slice_type, []).extend(next(records) for _ in cases)
     return results
 
 
@@ -143,7 +149,8 @@ def bf16_gradient_bytes(record: dict) -> float:
 
 @pytest.fixture(scope="module")
 def default_records(tmp_path_factory):
-    # one process per slice (each loads torch_xla, JAX and libtpu once)
+    # one process per device count (each loads torch_xla, JAX and libtpu once): v6e-8 and
+    # 2xv5p-8 (8 devices each) share one
     jobs = [("v5p-8", [case("llama", s, r) for s, r in DEFAULT_PRESETS] + MIXTRAL),
             ("v6e-8", [case(f, "fsdp", "none") for f in ON_SLICE["v6e-8"]]),
             ("v4-32", [case(f, "fsdp", "none") for f in ON_SLICE["v4-32"]]),

@@ -1,8 +1,10 @@
-"""Compile train steps for one TPU slice with libtpu (compile-only) and save their
-`zoo plan --compile --json` records. One process per slice: the virtual device count is
-fixed per process.
-Usage (from the repo root): python -m tests.support.compile_worker OUT.json SLICE CASES_JSON
-(CASES_JSON: a list of [model, [key=value overrides]])"""
+"""Compile train steps for TPU slices with libtpu (compile-only) and save their
+`zoo plan --compile --json` records. The virtual device count is fixed per process, so one
+process compiles for every slice of one device count (each process's start-up, torch_xla,
+JAX and libtpu, costs more than a tiny model's compile).
+Usage (from the repo root): python -m tests.support.compile_worker OUT.json JOBS_JSON
+(JOBS_JSON: a list of [slice, [[model, [key=value overrides]], ...]], every slice with the
+same number of devices)"""
 
 import json
 import sys
@@ -12,12 +14,14 @@ from benchmarks.plan.tpu_step import compile_plan
 from zoo.app.run import resolve_run
 
 
-def main(out: str, slice_type: str, cases: str) -> None:
+def main(out: str, jobs: str) -> None:
     records = []
-    for model, overrides in json.loads(cases):
-        record = compile_plan(resolve_run(model, [f"tpu={slice_type}", *overrides])).record()
-        records.append({"case": [model, overrides], **record})
-        print(model, overrides, "fits" if record["fits"] else "does NOT fit", flush=True)
+    for slice_type, cases in json.loads(jobs):
+        for model, overrides in cases:
+            record = compile_plan(resolve_run(model, [f"tpu={slice_type}", *overrides])).record()
+            records.append({"case": [model, overrides], **record})
+            print(slice_type, model, overrides, "fits" if record["fits"] else "does NOT fit",
+                  flush=True)
     Path(out).write_text(json.dumps(records))
 
 
