@@ -6,12 +6,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-from core.errors import UserError
 from core.run_config import schema_keys
 from zoo import registry
 from zoo.app.run import run_schema
-
-OTHER_TASKS = ("sft", "dpo")  # the tasks a family may train for besides its own
 
 
 @functools.cache
@@ -21,13 +18,15 @@ def run_schemas() -> dict[tuple[str, str], type]:
     for name in registry.FAMILIES:
         family = registry.family(name)
         size = next(iter(family.sizes))
-        for task_name in (family.task.name, *OTHER_TASKS):
-            try:
-                task = family.task_named(task_name)
-            except UserError:
-                continue
+        for task_name in (family.task.name, *registry.variants_for(family.task)):
+            task = family.task_named(task_name)
             schemas[name, task.name] = run_schema(family, size, task)
     return schemas
+
+
+def own_tasks() -> set[str]:
+    """The families' own tasks; every other task a schema is built for is a variant (sft)."""
+    return {registry.family(name).task.name for name in registry.FAMILIES}
 
 
 def leaf_keys(schema: type) -> dict[str, tuple[type, object]]:

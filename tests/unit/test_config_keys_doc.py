@@ -12,7 +12,7 @@ import yaml
 
 from core.run_config import resumable
 from tests.support.paths import ROOT
-from tests.support.run_schemas import OTHER_TASKS, leaf_keys, run_schemas
+from tests.support.run_schemas import leaf_keys, own_tasks, run_schemas
 
 HEADER = "| key | type | default | meaning |"
 CODE = re.compile(r"`([^`]*)`")
@@ -56,7 +56,7 @@ def schema_keys() -> dict[str, tuple[set[str], list]]:
             names, defaults = found.setdefault(key, (set(), []))
             names.add(type_name(kind))
             # `task` defaults to the one chosen: a family's own is the one left unsaid
-            if default not in defaults and not (key == "task" and task in OTHER_TASKS):
+            if default not in defaults and not (key == "task" and task not in own_tasks()):
                 defaults.append(default)
     return found
 
