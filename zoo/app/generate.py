@@ -3,7 +3,13 @@
 A family with a Hugging Face class generates through transformers' `generate`, whose KV
 cache makes each new token cost one position (a long generation is linear in its length);
 a family without one (a new model before its export is written) runs its own model over the
-whole sequence for every token."""
+whole sequence for every token.
+
+A run tuned on conversations (SFT on chat rows, DPO on chat pairs) is prompted as it was
+trained: the prompt is a user's turn rendered by the run's chat template (its tokenizer's),
+tokenized by the rule its data was (zoo/data/chat_tokens.py). `zoo train`'s end-of-run
+sample and `zoo generate` resolve that the same way (`load_for_generation`), so for the same
+prompt and seed they print the same text; `raw` prompts the model with the text alone."""
 
 from __future__ import annotations
 
@@ -18,20 +24,32 @@ from core.hf import misfit
 from core.store.checkpoint_reader import first_misfit
 from zoo.app.init_from import model_weights
 from zoo.app.saved_run import load_run, refuse_misfit
+from zoo.data import chat_tokens, dpo_data, sft_data
+
+# how each chat-prompting task's data says whether its rows were conversations
+ROW_FORMATS = {sft_data.SFTDataConfig: sft_data.source_format,
+               dpo_data.DPODataConfig: dpo_data.source_format}
 
 
-def load_for_generation(path: str | Path, prompt: str = "", max_new_tokens: int = 0):
+def load_for_generation(path: str | Path, prompt: str = "", max_new_tokens: int = 0,
+                        raw: bool = False):
     """(model in eval mode, tokenizer) from a run folder or one of its checkpoints: the
-    family's transformers class where it has one, else its own model. Before any weights are
-    read, refused unless the model makes text and has positions for the prompt and
-    `max_new_tokens` more."""
+    family's transformers class where it has one, else its own model. The tokenizer's
+    `chat_template` is the one the run's prompts go through: its own for a run tuned on
+    conversations, None (prompts are raw) for any other run or with `raw`. Before any
+    weights are read, refused unless the model makes text and has positions for the
+    prompt as prompted and `max_new_tokens` more."""
     run, _ = load_run(path)
     family, cfg = run.family, run.config
     if not family.task.generates_text:
         raise UserError(f"{path} is a {cfg.model_name} run ({family.task.name}); zoo generate "
                         "continues prompts with causal language models only")
     tokenizer = load_tokenizer(cfg.data.tokenizer)
-    check_positions(cfg.model, len(tokenizer(prompt).input_ids), max_new_tokens)
+    if raw or not tuned_on_chats(run, path):
+        tokenizer.chat_template = None
+    else:
+        chat_tokens.check_template(tokenizer, f"data.tokenizer={cfg.data.tokenizer} of {path}")
+    check_positions(cfg.model, len(prompt_ids(tokenizer, prompt)), max_new_tokens)
     checkpoint, weights = model_weights(path)
     if family.hf_class is None:
         model = family.build(cfg.model, init=False)
@@ -48,6 +66,31 @@ def load_for_generation(path: str | Path, prompt: str = "", max_new_tokens: int 
     hf_class = getattr(transformers, family.hf_class)
     model = hf_class.from_pretrained(None, config=hf_config, state_dict=weights)
     return model.eval(), tokenizer
+
+
+def tuned_on_chats(run, path: str | Path) -> bool:
+    """Whether the run trained on conversations rendered by its chat template: a task that
+    prompts in chat (task.chat) on data whose rows are chats."""
+    if not run.task.chat:
+        return False
+    row_format = ROW_FORMATS.get(type(run.config.data))
+    if row_format is None:  # a chat task whose data holds nothing but conversations
+        return True
+    try:
+        return row_format(run.config.data) == "chat"
+    except UserError as error:
+        raise UserError(f"cannot tell whether {path} was tuned on chats, which its data "
+                        f"says: {error}; prompt it raw (--raw) or make the data readable "
+                        "again") from None
+
+
+def prompt_ids(tokenizer, prompt: str) -> list[int]:
+    """The prompt's ids: through the tokenizer's chat template when it has one (a chat-tuned
+    run's, see load_for_generation), else the text with the tokenizer's own BOS; either
+    way a special-token string the user typed stays text."""
+    if tokenizer.chat_template:
+        return chat_tokens.prompt_ids(tokenizer, prompt)
+    return tokenizer(prompt, split_special_tokens=True, verbose=False)["input_ids"]
 
 
 def check_positions(model_config, prompt_tokens: int, max_new_tokens: int) -> None:
@@ -83,18 +126,13 @@ def generate(
     temperature: float = 0.8,
     top_k: int = 40,
     seed: int = 0,
-    chat: bool = False,
 ) -> str:
     """Greedy when temperature is 0, else top-k (0 = all) sampling at that temperature. The
     defaults (`zoo generate`'s too) sample: greedy decoding of a freshly trained small model
-    repeats one token, often a blank line, where sampling shows what it learned. `chat`:
-    the prompt is a user's turn, rendered by the tokenizer's chat template."""
+    repeats one token, often a blank line, where sampling shows what it learned. The prompt
+    goes through the tokenizer's chat template when it has one (`prompt_ids`)."""
     check_sampling(max_new_tokens, temperature, top_k)
-    ids = tokenizer(prompt, return_tensors="pt").input_ids
-    if chat:
-        ids = torch.tensor([tokenizer.apply_chat_template(
-            [{"role": "user", "content": prompt}], add_generation_prompt=True,
-            tokenize=True, return_dict=False)])
+    ids = torch.tensor([prompt_ids(tokenizer, prompt)])
     torch.manual_seed(seed)
     if hasattr(model, "generate"):  # a transformers model: with its KV cache
         from transformers import GenerationConfig, LogitsProcessorList  # transformers
@@ -131,12 +169,13 @@ def _refuse_non_finite(ids, scores):
     return scores
 
 
-def sample_after_training(run_folder: str, prompt: str, chat: bool = False) -> str:
-    """The sample line `zoo train` ends with; a run that went well but cannot be sampled
-    says why instead."""
+def sample_after_training(run_folder: str, prompt: str, chat: bool = True) -> str:
+    """The sample line `zoo train` ends with, prompted as `zoo generate` prompts the run
+    (`chat` False: raw, as `--raw`); a run that went well but cannot be sampled says why
+    instead."""
     try:
-        model, tokenizer = load_for_generation(run_folder)
-        sample = generate(model, tokenizer, prompt, max_new_tokens=40, chat=chat)
+        model, tokenizer = load_for_generation(run_folder, raw=not chat)
+        sample = generate(model, tokenizer, prompt, max_new_tokens=40)
     except UserError as error:
         return f"sample: none, {error}"
     return f"sample: {sample!r}"

@@ -79,6 +79,14 @@ def load_pairs(config: DPODataConfig, tokenizer, seq_len: int) -> PreferencePair
                                 lambda: _encode_source(config, tokenizer, seq_len, files))
 
 
+def source_format(config: DPODataConfig) -> str:
+    """"chat" or "prompt-completion": what the source's rows hold, read without tokenizing
+    (how `zoo generate` knows a run was tuned on conversations)."""
+    files = sft_data.local_source(config, DEFAULT_SOURCE, "preference rows")
+    fields = [config.prompt_field, config.chosen_field, config.rejected_field]
+    return _format(sft_data.read_parts(config, files, DEFAULT_SOURCE, fields)[0], config)
+
+
 def _encode_source(config: DPODataConfig, tokenizer, seq_len: int,
                    files: list[str] | None) -> PreferencePairs:
     fields = [config.prompt_field, config.chosen_field, config.rejected_field]

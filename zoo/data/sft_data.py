@@ -33,7 +33,9 @@ import numpy as np
 
 from core import data
 from core.data import BUILDERS, DataError, load_tokenizer
-from zoo.data import token_cache
+from zoo.data import chat_tokens, token_cache
+from zoo.data.chat_tokens import first_line as _first_line
+from zoo.data.chat_tokens import name as _name
 from zoo.data.packed_text import tokenizer_fingerprint
 from zoo.data.source import SourceConfig
 
@@ -134,10 +136,25 @@ def source_files(config, tokenizer, seq_len: int, default: Path,
         raise DataError(f"data.source {config.source} needs a tokenizer (got None)")
     if seq_len < 1:
         raise DataError(f"seq_len must be >= 1, not {seq_len}")
+    return local_source(config, default, rows)
+
+
+def local_source(config, default: Path, rows: str) -> list[str] | None:
+    """The local files data.source names (its `default`: the shipped `rows`), or None for
+    a Hub dataset."""
     if config.source == "default" and not default.is_file():
         raise DataError(f"data.source=default reads {_display(default)}, which is "
                         f"missing; set data.source to your {rows}")
     return data.local_files(str(default) if config.source == "default" else config.source)
+
+
+def source_format(config: SFTDataConfig) -> str:
+    """"chat" or "prompt-completion": what the source's columns hold, read without
+    tokenizing (how `zoo generate` knows a run was tuned on conversations)."""
+    files = local_source(config, DEFAULT_SOURCE, "instruction rows")
+    fields = [config.messages_field, config.prompt_field, config.completion_field]
+    parts, _ = read_parts(config, files, DEFAULT_SOURCE, fields)
+    return one_format(parts, config.source, lambda part: _part_format(part, config))
 
 
 # ---------------------------------------------------------------- cache
@@ -328,9 +345,11 @@ def _read_file(path: str, source: str, default: Path, fields: list[str]) -> Part
                         f"of the columns {', '.join(fields)}; use .jsonl, .json or .parquet")
     if Path(path).suffix.lower() != ".jsonl":
         return _dataset_part(data.local_dataset([path], source, "train"), where, fields)
-    rows = []
-    with open(path, encoding="utf-8") as lines:
-        for number, line in enumerate(lines, 1):
+    rows, offset = [], 0
+    with open(path, "rb") as lines:
+        for number, raw in enumerate(lines, 1):
+            line = _utf8(raw, where, number, offset)
+            offset += len(raw)
             if line.strip():
                 rows.append((number, _json_row(line, where, number)))
     if not rows:
@@ -344,6 +363,16 @@ def _dataset_part(dataset, where: str, fields: list[str]) -> Part:
     columns = list(dataset.column_names)
     used = [c for c in fields if c in columns]
     return Part(where, columns, list(enumerate(dataset.select_columns(used).to_list(), 1)))
+
+
+def _utf8(line: bytes, where: str, number: int, offset: int) -> str:
+    """A line's text; a byte that is not UTF-8 is the row's one line, with its file offset."""
+    try:
+        return line.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise DataError(f"{where} row {number}: byte {offset + error.start:,} "
+                        f"(0x{line[error.start]:02x}) is not UTF-8; save the file as UTF-8 "
+                        "or fix the row") from None
 
 
 def _json_row(line: str, where: str, number: int) -> dict:
@@ -426,15 +455,6 @@ def check_tokenizer(tokenizer, form: str) -> None:
                         "completion; use another tokenizer")
 
 
-def _name(tokenizer) -> str:
-    return getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
-
-
-def _first_line(error: BaseException) -> str:
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    return lines[0] if lines else type(error).__name__
-
-
 # ---------------------------------------------------------------- prompt/completion
 
 
@@ -442,6 +462,9 @@ def encode_prompt_completion(chunk, where: str, tokenizer, config: SFTDataConfig
                              train_on: str) -> list[Encoded]:
     """`BOS? prompt completion EOS`, each part tokenized alone (text, never special tokens),
     the loss on the completion and EOS (or on everything)."""
+    for number, row in chunk:
+        check_row_format(row, number, where, [config.prompt_field, config.completion_field],
+                         "prompt/completion")
     prompts = [text(row, number, where, config.prompt_field, empty_ok=True)
                for number, row in chunk]
     completions = [text(row, number, where, config.completion_field, empty_ok=False)
@@ -459,6 +482,18 @@ def encode_prompt_completion(chunk, where: str, tokenizer, config: SFTDataConfig
         trained = np.arange(len(ids)) >= (0 if train_on == "all" else keep_from)
         encoded.append(Encoded(ids, trained, len(head), keep_from))
     return encoded
+
+
+def check_row_format(row: dict, number: int, where: str, expected: list[str],
+                     form: str) -> None:
+    """A row without the columns of its file's format (a prompt/completion row in a chat
+    file, or the reverse) is that row's one line, naming the keys found and expected."""
+    if all(field not in row for field in expected):
+        found = ", ".join(f"'{key}'" for key in row) or "none"
+        raise DataError(f"{where} row {number} has keys {found}, not "
+                        f"{' and '.join(repr(f) for f in expected)} like the file's {form} "
+                        "rows: its format differs from the file's; give every row of a "
+                        "file one format")
 
 
 def text(row: dict, number: int, where: str, field: str, empty_ok: bool) -> str:
@@ -484,6 +519,7 @@ def _check_chat_tokenizer(tokenizer) -> None:
         raise DataError(f"tokenizer {_name(tokenizer)} is not a fast tokenizer, which chat rows "
                         "need (token offsets map the assistant turns); use one with a "
                         "tokenizer.json")
+    chat_tokens.check_template(tokenizer, "data.tokenizer")
 
 
 def encode_chat(chunk, where: str, tokenizer, config: SFTDataConfig,
@@ -491,15 +527,24 @@ def encode_chat(chunk, where: str, tokenizer, config: SFTDataConfig,
     """Each conversation rendered by the tokenizer's template and tokenized once, as
     apply_chat_template does; a token is trained when its characters overlap an assistant
     turn (train_on=assistant) or always (all)."""
-    rendered = [_render(row.get(config.messages_field), number, where, tokenizer, config)
+    for number, row in chunk:
+        check_row_format(row, number, where, [config.messages_field], "chat")
+    rendered = [_render(row[config.messages_field], number, where, tokenizer, config)
                 for number, row in chunk]
     texts = [text for text, _ in rendered]
     batch = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True,
                       verbose=False) if texts else {"input_ids": [], "offset_mapping": []}
     bos = tokenizer.bos_token_id
     encoded = []
-    for ids, offsets, (_, spans), (number, _) in zip(batch["input_ids"],
-                                                     batch["offset_mapping"], rendered, chunk):
+    for ids, offsets, (text, spans), (number, row) in zip(
+            batch["input_ids"], batch["offset_mapping"], rendered, chunk):
+        hidden = chat_tokens.masked(tokenizer, row[config.messages_field])
+        if hidden is not None:  # a special-token string in a message: kept as text
+            try:
+                ids, offsets = chat_tokens.encode_rendered(
+                    tokenizer, text, _template(tokenizer, hidden, False, where, number))
+            except DataError as error:
+                raise DataError(f"{where} row {number}: {error}") from None
         offsets = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
         in_span = [(offsets[:, 0] < end) & (offsets[:, 1] > start) for start, end in spans]
         if train_on == "assistant" and not any(mask.any() for mask in in_span):
