@@ -361,8 +361,21 @@ def _read_file(path: str, source: str, default: Path, fields: list[str]) -> Part
 def _dataset_part(dataset, where: str, fields: list[str]) -> Part:
     """A `datasets` table's rows, with only the columns a row can use (a wide one stays small)."""
     columns = list(dataset.column_names)
-    used = [c for c in fields if c in columns]
-    return Part(where, columns, list(enumerate(dataset.select_columns(used).to_list(), 1)))
+    table = dataset.select_columns([c for c in fields if c in columns])
+    try:
+        return Part(where, columns, list(enumerate(table.to_list(), 1)))
+    except UnicodeDecodeError as error:  # a table reader keeps a file's bytes unchecked
+        number = next(n for n in range(1, len(table) + 1) if not _decodes(table, n - 1))
+        raise DataError(f"{where} row {number}: byte 0x{error.object[error.start]:02x} in a "
+                        "string is not UTF-8; save the file as UTF-8 or fix the row") from None
+
+
+def _decodes(table, index: int) -> bool:
+    try:
+        table[index]
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _utf8(line: bytes, where: str, number: int, offset: int) -> str:
