@@ -3,7 +3,8 @@ tests/e2e/test_lora.py checks on the same runs: tests/e2e/conftest.py): no model
 run's own), the run's weights and tokenizer, the shipped instruction set; the xla backend
 with micro-batches (grad_accum=2, 4 devices) and the dtensor backend with 2 processes give
 the same losses, which holds only when every micro-batch and process weighs its loss by its
-trained tokens (packed rows hold different numbers of them)."""
+trained tokens (packed rows hold different numbers of them). `zoo generate` prompts the tuned
+run through its chat template, as its end-of-run sample did."""
 
 import pytest
 import yaml
@@ -39,3 +40,23 @@ def test_the_tuned_run_exports_with_its_chat_template(tuned_with_adapters, tmp_p
     rendered = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}],
                                              add_generation_prompt=True, tokenize=False)
     assert rendered.endswith("User: hi\nAssistant:\n")
+
+
+def test_zoo_generate_prompts_the_chat_run_as_its_end_of_run_sample_did(tuned_with_adapters):
+    out, result = tuned_with_adapters["xla"]
+    sample = next(line for line in result.stdout.splitlines() if line.startswith("sample: "))
+    prompt = 'Repeat the word "zoo".'  # the task's sample prompt, 40 tokens, seed 0
+    generated = zoo("generate", str(out), "--prompt", prompt, "--max-new-tokens", "40")
+    assert generated.returncode == 0, generated.stderr[-2000:]
+    text = generated.stdout.removesuffix("\n")
+    assert f"sample: {text!r}" == sample
+    from zoo.app.generate import generate, load_for_generation, prompt_ids
+
+    model, chat = load_for_generation(out, prompt, 40)
+    assert prompt_ids(chat, prompt) == chat.apply_chat_template(
+        [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True,
+        return_dict=False)
+    _, raw = load_for_generation(out, prompt, 40, raw=True)  # `zoo generate --raw`
+    assert prompt_ids(raw, prompt) == raw(prompt).input_ids
+    assert generate(model, chat, prompt, 40) == text
+    assert generate(model, raw, prompt, 40) != text
