@@ -22,6 +22,10 @@ FILES = {  # bytes: some are not UTF-8 on purpose
     "latin1_dpo.jsonl": PAIR_ROW.encode() * 2 + b'{"prompt": "\xff", "chosen": "a", '
                                                 b'"rejected": "b"}\n',
     "latin1_sft.json": CHAT_ROW.encode() + CHAT_ROW.replace("hi", "caf\xe9").encode("latin-1"),
+    "mixed_dpo.jsonl": (json.dumps({"prompt": [{"role": "user", "content": "hi"}],
+                                    "chosen": [{"role": "assistant", "content": "a"}],
+                                    "rejected": [{"role": "assistant", "content": "b"}]})
+                        + "\n" + PAIR_ROW).encode(),
     "mixed_sft.jsonl": (CHAT_ROW + json.dumps({"prompt": "Q", "completion": "A"}) + "\n"
                         ).encode(),
     "mixed_pc.jsonl": (json.dumps({"prompt": "Q", "completion": "A"}) + "\n"
@@ -41,6 +45,9 @@ CASES = [
     (["train", "llama-tiny", "task=sft", "data.source={d}/mixed_sft.jsonl"],
      "mixed_sft.jsonl row 2 has keys 'prompt', 'completion', not 'messages' like the file's "
      "chat rows: its format differs from the file's"),
+    (["train", "--init-from", "{d}/run", "task=dpo", "data.source={d}/mixed_dpo.jsonl"],
+     "mixed_dpo.jsonl row 2: 'chosen' and 'rejected' each holds a string, not a list of "
+     "messages as in the file's first row: its format differs from the file's"),
     (["train", "llama-tiny", "task=sft", "data.source={d}/mixed_pc.jsonl"],
      "mixed_pc.jsonl row 2 has keys 'text', not 'prompt' and 'completion' like the "
      "file's prompt/completion rows: its format differs from the file's"),

@@ -222,7 +222,8 @@ BAD_ROWS = {
     "identical texts": ({"prompt": "Q", "chosen": " A", "rejected": " A"},
                         "'chosen' and 'rejected' are identical"),
     "rejected not text": ({"prompt": "Q", "chosen": " A", "rejected": [assistant("B")]},
-                          "'rejected' is not a string but list"),
+                          "'rejected' holds a list of messages, not a string as in the file's "
+                          "first row: its format differs from the file's"),
     "missing column": ({"prompt": "Q", "chosen": " A"},
                        "has no column 'rejected' (columns: prompt, chosen); "
                        "set data.rejected_field="),

@@ -118,6 +118,21 @@ def _check_columns(part: Part, number: int, row: dict, fields: dict[str, str]) -
                             "that holds it, or fix the row")
 
 
+def _check_row_format(where: str, number: int, row: dict, config: DPODataConfig,
+                      form: str) -> None:
+    """A row whose responses are of the other format than the file's (decided by its first
+    row: strings, or lists of messages) is that row's one line."""
+    other, found, expected = ((str, "a string", "a list of messages") if form == "chat"
+                              else (list, "a list of messages", "a string"))
+    fields = [field for field in (config.chosen_field, config.rejected_field)
+              if isinstance(row.get(field), other)]
+    if fields:
+        raise DataError(f"{where} row {number}: {' and '.join(map(repr, fields))} "
+                        f"{'each ' * (len(fields) > 1)}holds {found}, not {expected} as in "
+                        "the file's first row: its format differs from the file's; give every "
+                        "row of a file one format")
+
+
 def _identical(where: str, number: int, config: DPODataConfig) -> DataError:
     return DataError(f"{where} row {number}: '{config.chosen_field}' and "
                      f"'{config.rejected_field}' are identical, so there is no preference; "
@@ -136,6 +151,7 @@ def _encode_strings(part: Part, chunk: list, tokenizer,
                     config: DPODataConfig) -> list[tuple[Encoded, Encoded]]:
     """Each response as SFT's prompt/completion row with it as the completion."""
     for number, row in chunk:
+        _check_row_format(part.where, number, row, config, "prompt-completion")
         _check_strings(part, number, row, config)
     chosen, rejected = (
         sft_data.encode_prompt_completion(
@@ -166,6 +182,8 @@ def _encode_chats(part: Part, chunk: list, tokenizer,
                   config: DPODataConfig) -> list[tuple[Encoded, Encoded]]:
     """Each response as SFT's chat row `prompt + [response]`; the loss on the response only
     (not on an assistant turn inside the prompt)."""
+    for number, row in chunk:
+        _check_row_format(part.where, number, row, config, "chat")
     explicit = config.prompt_field in part.columns
     split = [(number, _explicit(part, number, row, config) if explicit
               else _implicit(part, number, row, config)) for number, row in chunk]
