@@ -32,20 +32,24 @@ class FiniteRange(click.FloatRange):
 
 
 class PathArg(click.ParamType):
-    """A local path a command reads (`reads`) or writes, a `file` or a `folder`.
+    """A local path a command reads (`reads`) or writes, a `file` or a `folder`; `what`
+    says what to give instead ("a YAML config file").
 
     `urls`: a bucket URL (gs://...) is taken too, once its host answers a name lookup (an
     offline machine is told at once, not after a minute of retries). `name`: a predicate
     for values that are names rather than paths (a suite, lm-eval tasks, a Hub model) when
     nothing by that name is on disk; they pass unchecked. For a written file: `suffix` is
-    required, and an existing folder given instead gets `file_in_folder` inside it."""
+    required, and an existing folder given instead gets `file_in_folder` inside it. `text`:
+    a file read must be UTF-8 text (a small one: a config, a suite, a results file).
+    A refusal is one line: the option (or `zoo COMMAND ARG`), the path, and why."""
 
     def __init__(self, kind: str, reads: bool, what: str, *, urls: bool = False,
-                 name=None, suffix: str | None = None, file_in_folder: str | None = None):
+                 name=None, suffix: str | None = None, file_in_folder: str | None = None,
+                 text: bool = False):
         assert kind in ("file", "folder")
-        self.kind, self.reads, self.what, self.urls = kind, reads, what, urls
+        self.kind, self.reads, self.what, self.urls, self.text = kind, reads, what, urls, text
         self.is_name, self.suffix, self.file_in_folder = name, suffix, file_in_folder
-        self.name = f"{kind}"
+        self.name = kind
 
     def convert(self, value, param, ctx):
         value = os.fspath(value)
@@ -56,12 +60,17 @@ class PathArg(click.ParamType):
                 return value
             return self._check_read(value) if self.reads else self._check_write(value)
         except _Refused as refused:
-            self.fail(f"{value}: {refused}", param, ctx)
+            hint = (param.opts[0] if isinstance(param, click.Option) else
+                    f"{ctx.command_path} {param.human_readable_name}")
+            raise click.UsageError(f"{hint} {value}: {refused}", ctx) from None
 
     def _url(self, value: str) -> str:
         scheme = value.split("://", 1)[0].lower()
         if not self.urls:
-            raise _Refused(f"a URL; give a local {self.what} path")
+            if self.reads:
+                raise _Refused(f"a URL; give {self.what} on this machine")
+            raise _Refused(f"this writes a local {self.kind}; give a local path, then copy "
+                           f"it to the bucket (gcloud storage cp -r PATH {value})")
         if scheme not in URL_SCHEMES:
             raise _Refused(f"zoo reads and writes gs:// buckets, not {scheme}:// URLs")
         if scheme in ("gs", "gcs"):
@@ -71,37 +80,44 @@ class PathArg(click.ParamType):
     def _check_read(self, path: str) -> str:
         kind = _kind(path)
         if kind is None:
-            raise _Refused(f"no such {self.what}")
+            raise _Refused(f"no such {self.kind}; give {self.what}")
         if kind != self.kind:
-            raise _Refused(self._misplaced(kind))
-        mode = os.R_OK | (os.X_OK if kind == "folder" else 0)
-        if not os.access(path, mode):
+            raise _Refused(f"a {kind}, not a {self.kind}; give {self.what}")
+        if not os.access(path, os.R_OK | (os.X_OK if kind == "folder" else 0)):
             raise _Refused("cannot be read (permission denied)")
+        if self.text:
+            _check_text(path, self.what)
         return path
 
     def _check_write(self, path: str) -> str:
         kind = _kind(path)
         if self.kind == "file":
             if kind == "folder" and self.file_in_folder:
-                path, kind = os.path.join(path, self.file_in_folder), _kind(
-                    os.path.join(path, self.file_in_folder))
+                path = os.path.join(path, self.file_in_folder)
+                kind = _kind(path)
             if self.suffix and not path.lower().endswith(self.suffix):
-                raise _Refused(f"the {self.what} is written as {self.suffix}: name it "
-                               f"*{self.suffix}" + (" or give a folder" if self.file_in_folder
-                                                     else ""))
+                raise _Refused(f"not a {self.suffix} name; give {self.what}")
         if kind is not None and kind != self.kind:
-            raise _Refused(self._misplaced(kind))
+            raise _Refused(f"a {kind}, not a {self.kind}; give {self.what}")
         existing = path if kind is not None else _first_existing_parent(path)
         if not os.access(existing, os.W_OK | (os.X_OK if os.path.isdir(existing) else 0)):
             raise _Refused(f"cannot write {existing} (permission denied)")
         return path
 
-    def _misplaced(self, kind: str) -> str:
-        return f"a {kind}, where a {self.kind} ({self.what}) is expected"
-
 
 class _Refused(Exception):
     """Why a path is refused, in a few words (the option and the path are added)."""
+
+
+def _check_text(path: str, what: str) -> None:
+    try:
+        with open(path, "rb") as file:
+            file.read().decode()
+    except UnicodeDecodeError as error:
+        raise _Refused(f"not UTF-8 text (byte {error.object[error.start]:#04x} at offset "
+                       f"{error.start}); give {what}") from None
+    except OSError as error:
+        raise _Refused(_why(path, error)) from None
 
 
 def _kind(path: str) -> str | None:

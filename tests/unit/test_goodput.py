@@ -138,7 +138,7 @@ def test_plot_into_a_folder_writes_goodput_png_there_and_prints_it(tmp_path):
 
 
 @pytest.mark.parametrize("target, said", [
-    ("run/config.yaml", "a file, where a folder (run folder) is expected"),
+    ("run/config.yaml", "config.yaml: a file, not a folder; give the --out of a zoo train run"),
     ("gs://zoo-no-such-bucket/run", "check the network"),
 ])
 def test_goodput_of_a_file_or_an_unreachable_bucket_is_one_line_in_seconds(tmp_path, target,
@@ -151,7 +151,7 @@ def test_goodput_of_a_file_or_an_unreachable_bucket_is_one_line_in_seconds(tmp_p
 
 
 @pytest.mark.parametrize("plot, said", [
-    ("g.txt", "the plot is written as .png: name it *.png or give a folder"),
+    ("g.txt", "g.txt: not a .png name; give a .png file or a folder"),
     ("run/config.yaml/g.png", "config.yaml is a file, not a folder"),
 ])
 def test_a_plot_path_that_cannot_be_a_png_is_one_line(tmp_path, plot, said):
