@@ -44,6 +44,7 @@ import psutil
 from core import program_start
 from core.errors import UserError
 from core.json_file import DamagedFile, json_object
+from core.store.location import answered, reason
 from core.store.run_folder import GOODPUT as FILE
 from core.store.run_folder import RUN_CONFIG
 from core.store.run_home import RunHome
@@ -220,9 +221,9 @@ def run_account(out: str) -> dict:
     """The account of the run at `out` (a folder or a bucket URL); one line when `out` is
     not a run or holds no account."""
     home = RunHome(out)
-    text = home.read(FILE)
+    text = _read(home, FILE)
     if text is None:
-        if home.read(RUN_CONFIG) is None:
+        if _read(home, RUN_CONFIG) is None:
             raise UserError(f"{out} is not a run folder (no {RUN_CONFIG}); give the --out of "
                             "a `zoo train` run")
         raise UserError(f"{out} has no {FILE}: it has not trained a step since zoo records "
@@ -234,9 +235,40 @@ def run_account(out: str) -> dict:
     return account(attempts)
 
 
+def _read(home: RunHome, name: str) -> str | None:
+    """A file of the run (None when there is none), in one line when it cannot be read: a
+    bucket out of reach (answered within seconds), a file that is not text."""
+    try:
+        text = answered(lambda: home.read(name)) if home.in_bucket else home.read(name)
+    except (OSError, UnicodeDecodeError) as error:
+        raise UserError(f"cannot read {home.path(name)}: {reason(error)}") from None
+    return text
+
+
+# the order a bar stacks its categories in: start-up first, as an attempt spends it
+PLOT_ORDER = ("training_prep", "unproductive_checkpoint_restore_time", "program_startup",
+              "productive", "data_loading", "unproductive_checkpoint_save_time", "evaluation",
+              "wasted_progress_from_disruption", "other")
+PLOT_AXIS = "seconds of the attempt, by category (a breakdown: steps, waits and saves interleave)"
+
+
+def bars(summary: dict) -> list[tuple[int, str, float, float]]:
+    """(attempt index, category, left, width) of each segment of the breakdown chart: one
+    bar per attempt from 0 to its wall time. Only start-up has a place in time (before the
+    first step); the loop's categories alternate step by step, so a bar shows how much of
+    each, not when."""
+    segments = []
+    for index, row in enumerate(summary["attempts"]):
+        left = 0.0
+        for category in PLOT_ORDER:
+            width = row["seconds"][category]
+            segments.append((index, category, left, width))
+            left += width
+    return segments
+
+
 def plot(summary: dict, path: str | os.PathLike) -> None:
-    """Where the time went, attempt by attempt: one bar per attempt, placed at its start
-    over the run's life, split by category (a PNG)."""
+    """Where each attempt's time went, by category (a PNG at `path`, its folder made)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -246,17 +278,16 @@ def plot(summary: dict, path: str | os.PathLike) -> None:
     origin = rows[0]["started"]
     figure, axes = plt.subplots(figsize=(10, 1.2 + 0.5 * len(rows)))
     colours = plt.get_cmap("tab10")
-    for index, row in enumerate(rows):
-        left = row["started"] - origin
-        for shade, category in enumerate(CATEGORIES):
-            width = row["seconds"][category]
-            axes.barh(index, width, left=left, color=colours(shade),
-                      label=category if index == 0 else None)
-            left += width
-    axes.set_yticks(range(len(rows)), [f"attempt {i + 1}" for i in range(len(rows))])
+    for index, category, left, width in bars(summary):
+        axes.barh(index, width, left=left, color=colours(PLOT_ORDER.index(category)),
+                  label=category if index == 0 else None)
+    axes.set_yticks(range(len(rows)), [f"attempt {i + 1} (+{row['started'] - origin:.0f} s)"
+                                       for i, row in enumerate(rows)])
     axes.invert_yaxis()
-    axes.set_xlabel("seconds since the run's first start")
-    axes.set_title(f"goodput {summary['goodput']:.1%} of {summary['wall_s']:.0f} s")
+    axes.set_xlabel(PLOT_AXIS)
+    axes.set_title(f"goodput {summary['goodput']:.1%} of {summary['wall_s']:.0f} s; "
+                   f"{summary['between_attempts_s']:.0f} s between attempts (not drawn)")
     axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=3, fontsize="small")
-    figure.savefig(path, bbox_inches="tight", dpi=120)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, bbox_inches="tight", dpi=120, format="png")
     plt.close(figure)

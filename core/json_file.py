@@ -27,3 +27,20 @@ def json_object(text: str, source: str, remedy: str) -> dict:
 def _why(error: ValueError) -> str:
     return (f"{error.msg} at line {error.lineno}" if isinstance(error, json.JSONDecodeError)
             else str(error))
+
+
+def read_json_object(path, remedy: str) -> dict:
+    """The JSON object in the file at `path`; DamagedFile naming it when it cannot be read
+    (a folder in its place, a link loop, not text) or holds no JSON object. A missing file
+    raises FileNotFoundError: whether that is damage is the caller's to say."""
+    try:
+        with open(path, "rb") as file:
+            text = file.read().decode()
+    except FileNotFoundError:
+        raise
+    except UnicodeDecodeError as error:
+        raise DamagedFile(f"{path} is damaged (not UTF-8 text at byte {error.start}); "
+                          f"{remedy}") from None
+    except OSError as error:
+        raise DamagedFile(f"{path} cannot be read ({error.strerror}); {remedy}") from None
+    return json_object(text, str(path), remedy)

@@ -18,10 +18,12 @@ from pathlib import Path
 
 from core.errors import UserError
 from core.hf import read_config
+from core.json_file import read_json_object
 from core.store.location import local_folder
 from core.store.run_folder import WANDB_ID
 from core.table import format_table
 from eval.export import adapter_base, tokenizer_folder
+from eval.model_folder import TOKENIZER_REMEDY, check_tokenizer, check_weights
 from eval.tasks_check import generating_tasks, resolve_tasks
 
 RESULTS_FILE = "eval_results.json"
@@ -32,6 +34,7 @@ def model_folder(checkpoint: str | Path) -> Path:
     a URL) through the export cache."""
     if adapter_base(checkpoint) or (
             _hf_folder(checkpoint) and list(Path(checkpoint).glob("*.safetensors"))):
+        check_weights(Path(checkpoint))
         return Path(checkpoint)
     from eval.export import cached_export  # start-up
 
@@ -78,6 +81,8 @@ def evaluate(checkpoint: str, tasks: str | None, *, num_fewshot: int | None = No
                             "scores log-likelihoods; run it with --device cpu or cuda")
         folder = model_folder(path)
         tokenizer = Path(tokenizer_folder(folder))  # an adapter's base may be a Hub name
+        if tokenizer.is_dir():
+            check_tokenizer(tokenizer)
         if tokenizer.is_dir() and not (tokenizer / "tokenizer_config.json").is_file():
             raise UserError(f"{tokenizer} has no tokenizer (a run trained on "
                             "data.source=synthetic has none), and lm-eval scores text; "
@@ -128,7 +133,7 @@ def _hf_folder(path: str | Path) -> bool:
 def has_chat_template(folder: Path) -> bool:
     """Whether transformers gives the folder's tokenizer a chat template: in
     tokenizer_config.json, or in the files transformers 5 saves it to."""
-    config = json.loads((folder / "tokenizer_config.json").read_text())
+    config = read_json_object(folder / "tokenizer_config.json", TOKENIZER_REMEDY)
     return bool(config.get("chat_template")) or any(
         (folder / name).exists()
         for name in ("chat_template.jinja", "chat_template.json", "additional_chat_templates"))

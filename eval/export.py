@@ -20,6 +20,7 @@ from core import lora
 from core.cache import cache_home
 from core.errors import UserError
 from core.hf import misfit, read_config
+from core.json_file import read_json_object
 from core.store.location import Store, local_folder
 from core.store.run_folder import RunFolder, step_of
 from core.store.run_home import RunHome
@@ -158,7 +159,8 @@ def adapter_base(path: str | Path) -> str | None:
     config = Path(path) / ADAPTER_CONFIG
     if "://" in str(path) or not config.is_file():
         return None
-    base = json.loads(config.read_text()).get("base_model_name_or_path")
+    base = read_json_object(config, "export the adapter again (zoo export RUN OUT "
+                            "--adapter)").get("base_model_name_or_path")
     if not base:
         raise UserError(f"{config} names no base model (base_model_name_or_path); add the "
                         "folder or Hub name of the model the adapter was trained on")

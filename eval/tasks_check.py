@@ -3,6 +3,7 @@ of task YAMLs, and lm-eval's built-in tasks, with Hub datasets checked for reach
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 
@@ -28,8 +29,22 @@ def sample_tasks_dir() -> Path:
             text = source.read_text()
             for folder in DATA_FOLDERS:
                 text = text.replace(folder, f"{ROOT / folder}/")
-            (out / source.name).write_text(text)
+            _write_whole(out / source.name, text)
     return out
+
+
+def _write_whole(file: Path, text: str) -> None:
+    """Write `text` unless the file holds it already, replacing it whole: evals running at
+    once share the folder, and a file rewritten in place is empty for a moment to the
+    others (lm-eval then fails on "Expected YAML dict ... got NoneType")."""
+    try:
+        if file.read_text() == text:
+            return
+    except (OSError, UnicodeDecodeError):
+        pass
+    partial = file.with_name(f".{file.name}.{os.getpid()}.tmp")
+    partial.write_text(text)
+    os.replace(partial, file)
 
 
 def sample_task_names() -> list[str]:

@@ -13,7 +13,7 @@ import click
 
 from core import program_start, runtime
 from core.errors import UserError
-from tools.options import FiniteRange
+from tools.options import FiniteRange, PathArg, hub_name, plain_name, task_names
 from tools.tpu_commands import tpu as tpu_group
 
 # flax, which torchax imports for torch_xla's scan, warns at import that TensorFlow is
@@ -57,6 +57,15 @@ class _Group(click.Group):
 
 
 POSITIVE = click.IntRange(min=1)
+# the paths commands take, each declared with its kind (tools/options.py checks it)
+RUN_OR_CHECKPOINT = PathArg("folder", reads=True, urls=True,
+                            what="a run folder or one of its checkpoints")
+RUN_OUT = PathArg("folder", reads=False, urls=True, what="a run folder (or a bucket URL)")
+STARTING_POINT = PathArg("folder", reads=True, urls=True, name=hub_name,
+                         what="a zoo run folder or checkpoint, or a Hugging Face folder or "
+                              "Hub name")
+CONFIG_FILE = PathArg("file", reads=True, text=True, what="a YAML config file")
+RESULTS_OUT = PathArg("folder", reads=False, what="a folder for the results")
 TPU_HELP = "Slice type to run on: v4-32, v5litepod-16, ... or cpu-N here."
 
 
@@ -108,10 +117,13 @@ def models():
 @click.argument("overrides", nargs=-1)
 @click.option("--tpu", help=TPU_HELP)
 @click.option("--steps", type=POSITIVE, help="Optimizer steps to train (total, across resumes).")
-@click.option("--out", help="Run folder (default runs/MODEL); reruns resume from it.")
-@click.option("--init-from", help="Start from these weights: a zoo run folder or checkpoint, "
+@click.option("--out", type=RUN_OUT,
+              help="Run folder (default runs/MODEL); reruns resume from it.")
+@click.option("--init-from", type=STARTING_POINT,
+              help="Start from these weights: a zoo run folder or checkpoint, "
               "or a Hugging Face folder or Hub name (MODEL may then be left out).")
-@click.option("--config", "config_files", multiple=True, help="YAML config file(s).")
+@click.option("--config", "config_files", multiple=True,
+              type=CONFIG_FILE, help="YAML config file(s).")
 @click.option("--force-resume", is_flag=True,
               help="Resume the run in --out even though its settings differ from these.")
 @click.option(
@@ -142,7 +154,7 @@ def train(model, overrides, config_files, **options):
 
 
 @cli.command("generate")
-@click.argument("run_or_checkpoint")
+@click.argument("run_or_checkpoint", type=RUN_OR_CHECKPOINT)
 @click.option("--prompt", required=True)
 @click.option("--max-new-tokens", type=POSITIVE, default=50, show_default=True)
 @click.option("--temperature", type=FiniteRange(min=0), default=0.8, show_default=True,
@@ -162,7 +174,8 @@ def generate_command(run_or_checkpoint, prompt, max_new_tokens, temperature, top
 
 @cli.command("new-model")
 @click.argument("name")
-@click.option("--dir", "parent", type=click.Path(file_okay=False),
+@click.option("--dir", "parent", type=PathArg(
+                  "folder", reads=False, what="a folder to create the family in"),
               help="Create the family here (out of tree, registered with ZOO_FAMILIES) "
                    "instead of zoo/.")
 def new_model(name, parent):
@@ -177,22 +190,30 @@ def new_model(name, parent):
 
 @cli.command()
 @click.option("--mfu", is_flag=True, help="Measure the peak (CPU calibration) and report MFU.")
-@click.option("--suite", default="default", show_default=True, help="Suite name or YAML path.")
+@click.option("--suite", default="default", show_default=True,
+              type=PathArg("file", reads=True, text=True, name=plain_name,
+                           what="a suite name or a YAML file"),
+              help="Suite name or YAML path.")
 @click.option("--models", help="Only entries of these models (comma-separated).")
 @click.option("--tpu", help="Run every entry on this slice type instead of its own.")
 @click.option("--steps", type=POSITIVE, default=10, show_default=True,
               help="Timed steps per entry.")
-@click.option("--out", default="runs/bench", show_default=True, help="Results folder.")
+@click.option("--out", default="runs/bench", show_default=True,
+              type=RESULTS_OUT,
+              help="Results folder.")
 @click.option("--compare", type=click.Choice(["hf", "maxtext"]),
               help="Also run the same config through transformers' implementation (hf) or "
                    "MaxText's trainer (maxtext: llama entries; its environment is built on "
                    "first use) and report the step-time ratio.")
-@click.option("--baseline", type=click.Path(exists=True, dir_okay=False),
+@click.option("--baseline", type=PathArg(
+                  "file", reads=True, text=True, what="a results.json of an earlier zoo bench"),
               help="results.json to compare against; exits non-zero on regressions.")
 @click.option("--tolerance", type=FiniteRange(min=0), default=0.20, show_default=True,
               help="Allowed MFU drop, and growth of step time relative to the suite's first "
                    "entry, vs the baseline (fraction).")
-@click.option("--profile", "profile_dir", help="Capture an XLA profile of the timed steps here.")
+@click.option("--profile", "profile_dir", type=PathArg(
+                  "folder", reads=False, what="a folder for the profile"),
+              help="Capture an XLA profile of the timed steps here.")
 @click.option("--backend", type=click.Choice(["xla", "dtensor"]), default="xla",
               show_default=True,
               help="dtensor: also run each entry the dtensor backend can run (one process per "
@@ -257,9 +278,14 @@ def plan(model, overrides, tpu, target_mfu, compile_, compare, search_, budget, 
 
 
 @cli.command("goodput")
-@click.argument("run")
-@click.option("--plot", "plot_path", help="Where to draw the attempts' timeline (PNG; "
-              "default: RUN/goodput.png, or ./goodput.png for a run in a bucket).")
+@click.argument("run", type=PathArg("folder", reads=True, what="the --out of a zoo train run",
+                                      urls=True))
+@click.option("--plot", "plot_path",
+              type=PathArg("file", reads=False, what="a .png file or a folder", suffix=".png",
+                           file_in_folder="goodput.png"),
+              help="Where to draw each attempt's time by category: a .png file, or a "
+              "folder to hold goodput.png (default: RUN/goodput.png, or ./goodput.png for "
+              "a run in a bucket).")
 def goodput_command(run, plot_path):
     """Where the wall time of RUN (a run folder or bucket URL) went, over every attempt:
     productive steps, compiles, data waits, checkpoints, evaluation, restarts, lost work."""
@@ -268,12 +294,12 @@ def goodput_command(run, plot_path):
     summary = goodput.run_account(run)
     path = plot_path or ("goodput.png" if "://" in run else os.path.join(run, "goodput.png"))
     goodput.plot(summary, path)
-    click.echo(f"{goodput.describe(summary)}\ntimeline: {path}")
+    click.echo(f"{goodput.describe(summary)}\nplot: {path}")
 
 
 @cli.command()
-@click.argument("checkpoint")
-@click.argument("out")
+@click.argument("checkpoint", type=RUN_OR_CHECKPOINT)
+@click.argument("out", type=PathArg("folder", reads=False, what="a new folder for the export"))
 @click.option("--adapter", is_flag=True, help="A LoRA run: write its adapters as a PEFT "
               "adapter folder over its --init-from base (default: the merged model).")
 def export(checkpoint, out, adapter):
@@ -285,10 +311,16 @@ def export(checkpoint, out, adapter):
 
 
 @cli.command("eval")
-@click.argument("checkpoint")
-@click.option("--tasks", help="Language models, comma-separated: lm-eval task names, `arc` "
+@click.argument("checkpoint", type=PathArg(
+                  "folder", reads=True, urls=True, what="a run, checkpoint or Hugging Face folder"))
+@click.option("--tasks", type=PathArg(
+                  "folder", reads=True, name=task_names,
+                  what="task names or a folder of task YAMLs"),
+              help="Language models, comma-separated: lm-eval task names, `arc` "
               "(arc_easy + arc_challenge), the sample tasks, or a folder of task YAMLs.")
-@click.option("--data", help="Image classifiers: an image folder (DIR/val/<class>/...) to "
+@click.option("--data", type=PathArg(
+                  "folder", reads=True, what="an image folder (DIR/val/<class>/...)"),
+              help="Image classifiers: an image folder (DIR/val/<class>/...) to "
               "report top-1 on (default: the embedded image set).")
 @click.option("--num-fewshot", type=click.IntRange(min=0),
               help="Examples in each prompt (default: each task's own).")
@@ -296,7 +328,8 @@ def export(checkpoint, out, adapter):
 @click.option("--batch-size", type=POSITIVE, default=8, show_default=True)
 @click.option("--device", type=click.Choice(["cpu", "cuda", "xla"]), default="cpu",
               show_default=True)
-@click.option("--out", help="Folder for eval_results.json (default: next to the checkpoint).")
+@click.option("--out", type=RESULTS_OUT,
+              help="Folder for eval_results.json (default: next to the checkpoint).")
 @click.option("--chat-template/--no-chat-template", default=False, show_default=True,
               help="Language models: render each prompt with the model's own chat template "
               "(a tuned model, e.g. --tasks zoo_instructions); few-shot examples become "

@@ -20,7 +20,7 @@ import torch
 from core.errors import UserError
 from core.remat import unstack_weights
 from core.store.location import Store
-from core.store.manifest import damage, is_committed
+from core.store.manifest import MANIFEST, damage, is_committed
 from core.store.run_folder import step_dir_name, step_of
 
 WEIGHTS_FILE = "model.safetensors"
@@ -96,7 +96,8 @@ def quiet_single_process():
 
 
 def _is_checkpoint(folder: Store) -> bool:
-    return folder.exists(WEIGHTS_FILE) or folder.exists(".metadata")
+    """A committed checkpoint folder (its manifest then says what is damaged in it)."""
+    return any(folder.exists(name) for name in (WEIGHTS_FILE, ".metadata", MANIFEST))
 
 
 def _read_weights(folder: Store) -> dict[str, torch.Tensor]:

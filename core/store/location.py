@@ -9,6 +9,7 @@ one object, as on a bucket (so `file://` is how tests stand in for gs:// across 
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import threading
@@ -17,7 +18,11 @@ import uuid
 import fsspec
 
 from core.errors import UserError
+from core.json_file import DamagedFile
 
+# what stands in a file's place when it cannot be read: a folder, a link loop, a file
+# above it, no permission
+UNREADABLE = {errno.EISDIR, errno.ELOOP, errno.ENOTDIR, errno.EACCES}
 PROBE_TIMEOUT_S = 5  # how long a first look at a bucket is waited for
 
 
@@ -147,10 +152,22 @@ class Store:
         return self.fs.open(self.path(name), mode)
 
     def read_bytes(self, name: str) -> bytes:
-        return self.fs.cat_file(self.path(name))
+        """A file's bytes; FileNotFoundError when there is none, DamagedFile naming it when
+        something else is in its place (a folder, a link loop) or it cannot be read."""
+        try:
+            return self.fs.cat_file(self.path(name))
+        except OSError as error:
+            if error.errno not in UNREADABLE:
+                raise
+            raise DamagedFile(f"{self.path(name)} cannot be read ({error.strerror}); "
+                              "restore it or remove it") from None
 
     def read_text(self, name: str) -> str:
-        return self.read_bytes(name).decode()
+        try:
+            return self.read_bytes(name).decode()
+        except UnicodeDecodeError as error:
+            raise DamagedFile(f"{self.path(name)} is damaged (not UTF-8 text at byte "
+                              f"{error.start}); restore it or remove it") from None
 
     def write_bytes(self, name: str, data: bytes) -> None:
         """Write a whole file; readers see the old file or the new one, never a part."""

@@ -42,7 +42,7 @@ def damage(folder: Store) -> str | None:
         entries = json_object(folder.read_text(MANIFEST), MANIFEST, "")
     except FileNotFoundError:
         return f"{MANIFEST} is missing"
-    except DamagedFile:
+    except (DamagedFile, OSError, UnicodeDecodeError):  # not JSON, not text, not a file
         return f"{MANIFEST} is not readable"
     sizes = folder.files()
     for name, entry in entries.items():

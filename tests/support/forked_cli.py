@@ -26,17 +26,24 @@ from core import runtime
 runtime.configure()
 # imported once, before forking: torch, torch_xla and the CLI, and what most commands import
 # next (the train command's launcher and its run, a saved run and an --init-from source,
-# every family, the analytic plan; fsspec, psutil, safetensors, omegaconf): ~0.3 CPU-s a
-# command. Imports only: no model is built, no thread or runtime started.
+# every family, the analytic plan; generate, export and eval with transformers' Llama and
+# lm-eval's task index; fsspec, psutil, safetensors, omegaconf): ~0.3 CPU-s a command.
+# Imports only: no model is built, no thread or runtime started.
 import fsspec  # noqa: E402, F401
+import lm_eval.evaluator  # noqa: E402, F401
+import lm_eval.tasks  # noqa: E402, F401
 import omegaconf  # noqa: E402, F401
 import psutil  # noqa: E402, F401
 import safetensors.torch  # noqa: E402, F401
 import torch  # noqa: E402
 import torch_xla  # noqa: E402, F401
+import transformers.models.llama.modeling_llama  # noqa: E402, F401
 
 import benchmarks.plan.analytic  # noqa: E402, F401
+import eval.evaluate  # noqa: E402, F401
+import eval.export  # noqa: E402, F401
 import tools.launch  # noqa: E402, F401
+import zoo.app.generate  # noqa: E402, F401
 import zoo.app.init_from  # noqa: E402, F401
 import zoo.app.run  # noqa: E402, F401
 import zoo.app.saved_run  # noqa: E402, F401

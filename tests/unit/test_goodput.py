@@ -5,6 +5,7 @@ and the file an attempt keeps survives damage and earlier attempts."""
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -84,10 +85,81 @@ def test_goodput_of_a_folder_that_is_not_a_run_is_one_line(tmp_path):
         goodput.run_account(str(tmp_path))
 
 
-def test_the_timeline_is_drawn(tmp_path):
-    path = tmp_path / "goodput.png"
+def test_the_breakdown_is_drawn_into_a_folder_it_makes(tmp_path):
+    path = tmp_path / "plots" / "new" / "goodput.png"
     goodput.plot(goodput.account([KILLED, RESUMED]), path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_each_bar_starts_with_start_up_and_spans_its_attempts_wall_time():
+    """Start-up is drawn first, from the attempt's own start, never after training; the
+    axis says it is a breakdown, not a timeline of the loop's interleaved phases."""
+    summary = goodput.account([KILLED, RESUMED])
+    segments = goodput.bars(summary)
+    for index, row in enumerate(summary["attempts"]):
+        mine = [(category, left, width) for i, category, left, width in segments
+                if i == index]
+        assert [category for category, _, _ in mine][:3] == [
+            "training_prep", "unproductive_checkpoint_restore_time", "program_startup"]
+        assert mine[0][1] == 0.0
+        for (_, left, width), (_, next_left, _) in zip(mine, mine[1:]):
+            assert next_left == pytest.approx(left + width)  # contiguous, no overlap
+        assert mine[-1][1] + mine[-1][2] == pytest.approx(row["wall_s"])
+    assert "breakdown" in goodput.PLOT_AXIS and "since" not in goodput.PLOT_AXIS
+
+
+def recorded_run(folder):
+    folder.mkdir()
+    (folder / "config.yaml").write_text("model_name: llama-tiny\n")
+    (folder / goodput.FILE).write_text(json.dumps({"attempts": [KILLED, RESUMED]}))
+    return folder
+
+
+def zoo_goodput(*args):
+    from click.testing import CliRunner
+
+    from tools.cli import cli
+
+    began = time.monotonic()
+    result = CliRunner().invoke(cli, ["goodput", *map(str, args)])
+    return result, time.monotonic() - began
+
+
+def test_plot_into_a_folder_writes_goodput_png_there_and_prints_it(tmp_path):
+    run, plots = recorded_run(tmp_path / "run"), tmp_path / "plots"
+    plots.mkdir()
+    result, _ = zoo_goodput(run, "--plot", plots)
+    assert result.exit_code == 0, result.output
+    assert (plots / "goodput.png").read_bytes()[:4] == b"\x89PNG"
+    assert result.output.splitlines()[-1] == f"plot: {plots / 'goodput.png'}"
+    result, _ = zoo_goodput(run, "--plot", tmp_path / "missing" / "g.png")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "missing" / "g.png").is_file()
+
+
+@pytest.mark.parametrize("target, said", [
+    ("run/config.yaml", "config.yaml: a file, not a folder; give the --out of a zoo train run"),
+    ("gs://zoo-no-such-bucket/run", "check the network"),
+])
+def test_goodput_of_a_file_or_an_unreachable_bucket_is_one_line_in_seconds(tmp_path, target,
+                                                                          said):
+    recorded_run(tmp_path / "run")
+    result, seconds = zoo_goodput(target if "://" in target else tmp_path / target)
+    assert result.exit_code in (1, 2) and "Traceback" not in result.output
+    assert said in result.output and len(result.output.strip().splitlines()) == 1, result.output
+    assert seconds < 10
+
+
+@pytest.mark.parametrize("plot, said", [
+    ("g.txt", "g.txt: not a .png name; give a .png file or a folder"),
+    ("run/config.yaml/g.png", "config.yaml is a file, not a folder"),
+])
+def test_a_plot_path_that_cannot_be_a_png_is_one_line(tmp_path, plot, said):
+    run = recorded_run(tmp_path / "run")
+    result, _ = zoo_goodput(run, "--plot", tmp_path / plot)
+    assert result.exit_code == 2 and said in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert not (tmp_path / "g.txt").exists()
 
 
 def test_an_attempt_starts_with_the_program_not_a_shell_that_ran_setup_first(tmp_path):
