@@ -163,12 +163,15 @@ def train(model, overrides, config_files, **options):
               help="Sample from the K likeliest tokens; 0 = no top-k cut.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
               help="Sampling seed: the same seed gives the same text.")
-def generate_command(run_or_checkpoint, prompt, max_new_tokens, temperature, top_k, seed):
+@click.option("--raw", is_flag=True,
+              help="Prompt a chat-tuned run with the text alone, not through its chat "
+                   "template (the default prompts it as it was trained).")
+def generate_command(run_or_checkpoint, prompt, max_new_tokens, temperature, top_k, seed, raw):
     """Continue PROMPT with a trained run (folder) or one of its checkpoints, sampled as
     `zoo train`'s end-of-run sample is; --temperature 0 is greedy."""
     from zoo.app.generate import generate, load_for_generation  # torch
 
-    model, tokenizer = load_for_generation(run_or_checkpoint, prompt, max_new_tokens)
+    model, tokenizer = load_for_generation(run_or_checkpoint, prompt, max_new_tokens, raw=raw)
     click.echo(generate(model, tokenizer, prompt, max_new_tokens, temperature, top_k, seed))
 
 

@@ -115,5 +115,4 @@ def _train_here(request: TrainRequest, echo: Callable[[str], object]) -> None:
     text = run.task.generates_text and cfg.data.source != "synthetic"
     if text and current_hosts().main:  # the others' run folders hold no config
         with goodput.spent_on("evaluation"):
-            echo(sample_after_training(cfg.out, request.prompt or run.task.sample_prompt,
-                                       chat=run.task.chat))
+            echo(sample_after_training(cfg.out, request.prompt or run.task.sample_prompt))

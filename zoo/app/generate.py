@@ -169,12 +169,11 @@ def _refuse_non_finite(ids, scores):
     return scores
 
 
-def sample_after_training(run_folder: str, prompt: str, chat: bool = True) -> str:
-    """The sample line `zoo train` ends with, prompted as `zoo generate` prompts the run
-    (`chat` False: raw, as `--raw`); a run that went well but cannot be sampled says why
-    instead."""
+def sample_after_training(run_folder: str, prompt: str) -> str:
+    """The sample line `zoo train` ends with, prompted as `zoo generate` prompts the run; a
+    run that went well but cannot be sampled says why instead."""
     try:
-        model, tokenizer = load_for_generation(run_folder, raw=not chat)
+        model, tokenizer = load_for_generation(run_folder)
         sample = generate(model, tokenizer, prompt, max_new_tokens=40)
     except UserError as error:
         return f"sample: none, {error}"
