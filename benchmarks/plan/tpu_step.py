@@ -329,8 +329,9 @@ def describe_compiled(plan: CompiledPlan, analytic: bool = True) -> str:
             f"does NOT fit, by the compiler's numbers: the program alone needs at least "
             f"{format_bytes(step.program_bytes)} of the {format_bytes(step.usable_bytes)} HBM "
             f"the compiler may use per chip; its check leaves out the arguments, "
-            f"{format_bytes(persistent_bytes(plan.analytic))} of parameters and optimizer "
-            "state per chip (analytic)",
+            f"{format_bytes(persistent_bytes(plan.analytic))} of "
+            f"{_persistent_label(plan.analytic).removesuffix(' (+ batch)')} per chip "
+            "(analytic)",
             "  largest allocations: " + "; ".join(step.largest),
             *([FIT_ADVICE] if plan.analytic.fits else []),
         ])
