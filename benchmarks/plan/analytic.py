@@ -114,7 +114,9 @@ def make_plan(run: Run, target_mfu: float, model=None) -> Plan:
         dcn_bytes=2 * (slices - 1) / slices * gradient_shard,
         placed=placed,
         flops_basis=("forward and backward, causal, without the frozen base's weight "
-                     "gradients (LoRA)" if run.adapters else Plan.flops_basis),
+                     "gradients (LoRA)" if run.adapters else Plan.flops_basis)
+        + (f", plus {run.task.reference_forwards} reference forward(s)"
+           if run.task.reference_forwards else ""),
     )
 
 

@@ -33,6 +33,9 @@ def test_a_full_tune_dpo_plan_counts_its_reference_as_the_models_own_shards():
     assert dpo.total - plain.total == expected
     assert [entry.name for entry in dpo.placed] == [REFERENCE]
     assert REFERENCE not in plain.terms
+    # its FLOPs: the reference's forward beside the policy's step, a third more
+    assert dpo.flops_per_step == plain.flops_per_step * 4 / 3
+    assert dpo.flops_basis == "3 x forward, causal, plus 1 reference forward(s)"
 
 
 def test_lora_dpo_places_no_copy_and_trains_only_the_adapters():
