@@ -276,6 +276,28 @@ def adapter_weights(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]
     return {name: w for name, w in weights.items() if base_weight_of(name) is not None}
 
 
+# PEFT (0.21.2, over transformers 5.24) folds targets of these names onto a mixture of
+# experts' stacked weights and leaves linear layers of the same names unadapted, in silence
+MLP_NAMES_PEFT_FOLDS = ("gate_proj", "up_proj", "down_proj")
+
+
+def _check_peft_applies_them(model: nn.Module, weights: dict) -> None:
+    """Refuse, in one line, an adapter folder PEFT would load without some of its
+    adapters: in a model with expert weights, the linear layers named as an MLP's
+    (deepseek3's dense first layers and shared experts). Their adapters were trained and
+    the merged export holds them; PEFT drops them (docs/lora.md)."""
+    if not any(getattr(module, "lora_parameters", ()) for module in model.modules()):
+        return
+    lost = sorted(name.removesuffix(".weight") for name, (_, leaf) in weights.items()
+                  if leaf == "weight" and name.split(".")[-2] in MLP_NAMES_PEFT_FOLDS)
+    if lost:
+        raise UserError(
+            f"an adapter folder would lose the adapters of {len(lost)} linear layers "
+            f"({lost[0]}, ...): PEFT applies targets named {', '.join(MLP_NAMES_PEFT_FOLDS)} "
+            "to a mixture of experts' stacked weights only; export the merged model (no "
+            "--adapter), or tune with lora.targets that name no MLP linear layer")
+
+
 def as_peft(model: nn.Module, config: LoraConfig) -> tuple[dict, dict[str, torch.Tensor]]:
     """`model`'s adapters as PEFT's adapter folder holds them: LoraConfig's target arguments
     (target_modules for linear layers, target_parameters for expert weights) and the
@@ -283,6 +305,7 @@ def as_peft(model: nn.Module, config: LoraConfig) -> tuple[dict, dict[str, torch
     another, the first registered innermost (`<experts>.base_layer.lora_A`), and keeps each
     expert's factors side by side, [E * rank, in] and [out, rank * E]."""
     weights = adapted_weights(model, config)
+    _check_peft_applies_them(model, weights)
 
     def targets(linear: bool) -> list[str] | None:
         names = [name for name, (_, leaf) in weights.items() if (leaf == "weight") == linear]

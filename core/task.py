@@ -36,10 +36,17 @@ Extension points (override in a subclass; the defaults are marked):
                                   sampler). `place(module)` puts a module on the devices as
                                   the model will be (remat, sharding, precision) and returns
                                   it. Called once by the engine; default: itself
+  placed(config, params)          -> [Placed(name, bytes per device, in_step)]: what `bind`
+                                  puts on the devices beside the trained model (a reference
+                                  copy, a sampler's KV cache), from the run config and the
+                                  model's parameter plan (core.sharding.ParamPlan entries,
+                                  their shard bytes). The plans (`zoo plan`, `--compile`) and
+                                  `zoo train`'s fit check add it; default: nothing
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 if TYPE_CHECKING:  # the CLI imports the registry, which imports this: keep torch out of it
@@ -48,6 +55,8 @@ if TYPE_CHECKING:  # the CLI imports the registry, which imports this: keep torc
 
     import torch
     from transformers import PretrainedConfig
+
+    from core.sharding import ParamPlan
 
 # A run config: an instance of the task's config_cls (a core.run_config.TrainConfig) with the
 # family's architecture as `model`. Any, as each task's methods take its own class.
@@ -59,6 +68,19 @@ class Batches(Protocol):
 
     def batch(self, index: int) -> dict[str, torch.Tensor]:
         """This host's rows of global batch `index`, a pure function of `index`."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Placed:
+    """Device memory a task holds beside the trained model, per device: the plans must count
+    it or a run they pass runs out of memory."""
+
+    name: str  # the plan's term, e.g. "reference model (fp32, frozen)"
+    bytes: float  # per device
+    # True: the train step reads it, so a compiled step holds it among its arguments (a
+    # reference's weights); False: it lives between programs (a sampler's KV cache), so a
+    # compiled step's total is short of it and the compiled plan adds it
+    in_step: bool = True
 
 
 class Task:
@@ -102,6 +124,9 @@ class Task:
     def bind(self, model: torch.nn.Module, config: RunConfig,
              place: Callable[[torch.nn.Module], torch.nn.Module]) -> Task:
         return self
+
+    def placed(self, config: RunConfig, params: list[ParamPlan]) -> list[Placed]:
+        return []
 
     # engine: a core.engine.Engine, Any as that module imports this one
     def after_step(self, engine: Any, step: int) -> dict[str, float] | None:

@@ -13,7 +13,7 @@ from core.errors import UserError
 from core.inputs import batch_devices, host_batch_size
 from core.out_of_memory import FIT_ADVICE
 from core.sharding import plan_params
-from core.table import format_table
+from core.table import format_bytes, format_table
 from zoo.app.run import Run
 
 OPTIMIZER_STATES = {"adamw": 2, "sgd": 1}  # fp32 tensors per parameter
@@ -33,6 +33,8 @@ class Plan:
     # gradient reduction across slices, a ring all-reduce of its gradient shard
     dcn_bytes: float = 0.0
     flops_basis: str = "3 x forward, causal"  # what model FLOPs count
+    # what the task places beside the model (core.task.Placed), each also one of `terms`
+    placed: tuple = ()
 
     @property
     def total(self) -> float:
@@ -86,10 +88,12 @@ def make_plan(run: Run, target_mfu: float, model=None) -> Plan:
         2 if bf16 else 4,
         topo.is_tpu,
     )
+    placed = tuple(run.task.placed(cfg, params))  # a DPO reference copy, a sampler's cache
     terms = {
         "parameters (fp32)": param_bytes,
         "gradients (fp32)": trained_bytes,
         f"optimizer state ({cfg.optim.name})": states * trained_bytes,
+        **{entry.name: entry.bytes for entry in placed},
         **activations,
         "gathered weights": gathered_weight_bytes(params, 2 if bf16 else 4),
     }
@@ -108,8 +112,11 @@ def make_plan(run: Run, target_mfu: float, model=None) -> Plan:
         flops / (target_mfu * peak) if peak else None,
         target_mfu,
         dcn_bytes=2 * (slices - 1) / slices * gradient_shard,
+        placed=placed,
         flops_basis=("forward and backward, causal, without the frozen base's weight "
-                     "gradients (LoRA)" if run.adapters else Plan.flops_basis),
+                     "gradients (LoRA)" if run.adapters else Plan.flops_basis)
+        + (f", plus {run.task.reference_forwards} reference forward(s)"
+           if run.task.reference_forwards else ""),
     )
 
 
@@ -135,18 +142,20 @@ def check_fits(run: Run) -> None:
     memory available now (the devices share it)."""
     plan, model_name = make_plan(run, 0.5), run.model_name
     gib = 2**30
+    placed = "".join(f", {entry.name} {format_bytes(entry.bytes)}" for entry in plan.placed)
     if plan.topology.is_tpu:
         if not plan.fits:
             raise UserError(
-                f"{model_name} needs {plan.total / gib:,.1f} GiB per chip by `zoo plan` but a "
-                f"{plan.topology.name} chip has {plan.hbm_bytes / gib:g} GiB; {FIT_ADVICE}")
+                f"{model_name} needs {plan.total / gib:,.1f} GiB per chip by `zoo plan`"
+                f"{' (' + placed[2:] + ')' if placed else ''} but a {plan.topology.name} chip "
+                f"has {plan.hbm_bytes / gib:g} GiB; {FIT_ADVICE}")
         return
     need, have = plan.total * plan.topology.devices, runtime.host_memory_available()
     if have is not None and need > have:
         raise UserError(
             f"{model_name} needs about {need / gib:,.1f} GiB of host memory by `zoo plan` "
-            f"(largest: {plan.largest}) but {have / gib:,.1f} GiB is available; use a smaller "
-            "model, global_batch_size or seq_len, or remat=checkpoint")
+            f"(largest: {plan.largest}{placed}) but {have / gib:,.1f} GiB is available; use a "
+            "smaller model, global_batch_size or seq_len, or remat=checkpoint")
 
 
 def describe(plan: Plan) -> str:

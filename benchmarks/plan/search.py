@@ -9,10 +9,12 @@ throughput with communication exposed (benchmarks/plan/step_model.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import queue
+import signal
 import subprocess
 import sys
 import tempfile
@@ -144,19 +146,26 @@ class SearchResult:
 
 
 def search(model: str, tpu: str, overrides: list[str], budget_minutes: float | None,
-           jobs: int | None, max_batch: int, echo: Callable[..., object]) -> SearchResult:
-    """Search and compile; `echo(text, err=True)` says what is happening on stderr."""
+           jobs: int | None, max_batch: int, echo: Callable[..., object],
+           compile_: bool = False) -> SearchResult:
+    """Search and compile; `echo(text, err=True)` says what is happening on stderr.
+    `compile_` (`--search --compile`): accepted, as the search compiles every configuration
+    it keeps anyway; it is said once, so nobody waits for a second compile."""
     started = time.monotonic()
     space = search_space(model, tpu, overrides, max_batch)
     if not space.candidates:
         raise UserError(_empty_space(model, tpu, space))
+    if compile_:
+        echo("--search compiles every configuration it keeps: --compile adds nothing",
+             err=True)
     echo(f"{space.considered} configurations of {model} on {tpu}; compiling the "
          f"{len(space.candidates)} the analytic plan keeps, best estimate first, until the "
          "compiled ones rule out the rest" + (f" or {budget_minutes:g} min pass"
                                              if budget_minutes else ""), err=True)
     deadline = started + budget_minutes * 60 if budget_minutes else None
     scheduler = Scheduler(space, jobs, deadline)
-    scheduler.run(model, tpu)
+    with workers_stopped_on_exit(scheduler):
+        scheduler.run(model, tpu)
     item = "tokens" if hasattr(space.planner.base.config, "seq_len") else "examples"
     result = SearchResult(model, tpu, overrides, space, scheduler.outcomes,
                           scheduler.ruled_out, scheduler.below_floor,
@@ -193,6 +202,26 @@ def _nothing_fits(result: SearchResult, budget_minutes: float | None) -> str:
     return (f"none of the {len(outcomes)} compiled configurations of {result.model} fits "
             f"{result.tpu} ({statuses}{': ' + first if first else ''}); use a larger slice "
             "or a smaller seq_len")
+
+
+@contextlib.contextmanager
+def workers_stopped_on_exit(scheduler: Scheduler):
+    """The compile processes end with the search, however it ends: they run in sessions of
+    their own (a compile stopped for its time is killed with its children), so neither
+    Ctrl-C nor a SIGTERM to `zoo plan` reaches them, and a worker would otherwise finish
+    its compile (tens of seconds) before it noticed. A SIGTERM becomes SystemExit here
+    (exit status 143), so the block's exit stops them."""
+    def terminate(signum, _frame):
+        raise SystemExit(128 + signum)
+
+    main = threading.current_thread() is threading.main_thread()  # only it may set handlers
+    previous = signal.signal(signal.SIGTERM, terminate) if main else None
+    try:
+        yield
+    finally:
+        scheduler.stop_workers()
+        if main:
+            signal.signal(signal.SIGTERM, previous)
 
 
 class Worker:
@@ -236,8 +265,10 @@ class Worker:
         return lines[-1] if lines else "no message"
 
     def stop(self) -> None:
+        """Kill the worker and its children (its process group); any number of times."""
         if self.process.poll() is None:
-            os.killpg(self.process.pid, 9)
+            with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+                os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
         self.log.close()
 
@@ -256,6 +287,8 @@ class Scheduler:
         self.ruled_out = self.below_floor = 0
         self.allowed = jobs or 1
         self.changed = threading.Condition()
+        self.workers: set[Worker] = set()  # running, for stop_workers
+        self.stopping = False
         self.bar = tqdm(total=len(self.pending), desc="compiling", unit="config",
                         file=sys.stderr, dynamic_ncols=True)
 
@@ -269,11 +302,30 @@ class Scheduler:
             thread.join()
         self.bar.close()
 
+    def stop_workers(self) -> None:
+        """End every compile process now; no slot starts another."""
+        with self.changed:
+            self.stopping = True
+            workers, self.workers = list(self.workers), set()
+            self.changed.notify_all()
+        for worker in workers:
+            worker.stop()
+
+    def _start_worker(self, model: str, tpu: str) -> Worker | None:
+        with self.changed:
+            if self.stopping:
+                return None
+            worker = Worker(model, tpu)
+            self.workers.add(worker)
+            return worker
+
     def _slot(self, index: int, model: str, tpu: str) -> None:
         worker = None
         try:
             while (candidate := self._next(index)) is not None:
-                worker = worker or Worker(model, tpu)
+                worker = worker or self._start_worker(model, tpu)
+                if worker is None:
+                    return
                 started = time.monotonic()
                 try:
                     answer = worker.compile((*self.space.planner.overrides,
@@ -302,7 +354,8 @@ class Scheduler:
         slot is beyond the allowed count."""
         with self.changed:
             while True:
-                if self.deadline is not None and time.monotonic() >= self.deadline:
+                if self.stopping or (self.deadline is not None
+                                     and time.monotonic() >= self.deadline):
                     return None
                 self._drop_ruled_out()
                 if not self.pending and not self.in_flight:

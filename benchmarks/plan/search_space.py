@@ -16,6 +16,7 @@ import math
 from collections.abc import Iterator
 
 from benchmarks.plan.analytic import Plan, make_plan
+from benchmarks.plan.tpu_compile import check_compilable
 from core.errors import UserError
 from core.mesh import AXES
 from core.topology import DCN_BYTES_PER_S, ICI_BYTES_PER_S
@@ -95,6 +96,9 @@ class Planner:
     def __init__(self, model: str, tpu: str, overrides: list[str]):
         self.model, self.tpu, self.overrides = model, tpu, overrides
         self.base = resolve_run(model, [f"tpu={tpu}", *overrides])
+        # every candidate is compiled for the slice: one it cannot target fails first
+        check_compilable(self.base.topology,
+                         "--search (it compiles each configuration with the TPU compiler)")
         self.pinned = {override.partition("=")[0] for override in overrides}
         self.meta_model = self.base.meta_model()
 

@@ -81,8 +81,7 @@ def compile_target(topo: Topology) -> dict:
     """`get_topology_desc` arguments for a job: chip kind, each slice's 3-D (v4/v5p) or 2-D
     chip grid, megacore for chips whose two TensorCores act as one device, chips per host,
     wrap, and how many slices (their devices come slice by slice)."""
-    if not topo.is_tpu or topo.generation in ("v2", "v3"):
-        raise UserError(f"--compile needs a v4, v5p, v5e or v6e slice, not {topo.name}")
+    check_compilable(topo, "--compile")
     one = topo.one_slice()
     chips = one.chips
     if topo.generation in ("v4", "v5p"):
@@ -98,6 +97,13 @@ def compile_target(topo: Topology) -> dict:
         shape, config = "x".join(map(str, dims)), "default"
     return {"topology_name": f"{topo.generation}:{shape}", "chip_config_name": config,
             "chips_per_host_bounds": bounds, "num_slices": topo.slices, "wrap": wrap}
+
+
+def check_compilable(topo: Topology, what: str) -> None:
+    """Refuse, in one line naming `what` asked for it, a slice the TPU compiler cannot
+    target: CPU devices (no compiler to ask; the analytic plan is all there is) and v2/v3."""
+    if not topo.is_tpu or topo.generation in ("v2", "v3"):
+        raise UserError(f"{what} needs a v4, v5p, v5e or v6e slice, not {topo.name}")
 
 
 def _cube_order(chips: int) -> tuple[int, int, int]:

@@ -72,18 +72,27 @@ def _trace(run: Run) -> tuple[str, str, int]:
     cfg = run.built_config
     start()
     mesh = build_mesh(cfg.mesh)
-    model = run.meta_model(cfg.model)
-    apply_remat(model, run.remat)
-    plan = plan_params(model, rules, axis_sizes(mesh))
     holders = Placeholders()
-    placeholder_model(model, {p.name: p.spec for p in plan}, holders)
-    shard_activations(model, rules, mesh)
+
+    def place(module):
+        """`module` as the engine places it (remat, planned sharding), as placeholders."""
+        apply_remat(module, run.remat)
+        plan = plan_params(module, rules, axis_sizes(mesh))
+        placeholder_model(module, {p.name: p.spec for p in plan}, holders)
+        shard_activations(module, rules, mesh)
+        return module
+
+    model = run.meta_model(cfg.model)
+    # what the task places beside the model (DPO's reference copy) is traced as `zoo train`
+    # binds it, so the compiled step holds it as it will (core/engine.py)
+    task = run.task.bind(model, cfg, place)
+    model = place(model)
     # compile-only devices cannot run gradient_accumulation's input syncs: unrolled here
-    step = TrainStep.around(model, cfg, run.task, backends.get("xla"), cfg.runs_in_bf16(topo),
+    step = TrainStep.around(model, cfg, task, backends.get("xla"), cfg.runs_in_bf16(topo),
                             fill_state=lambda optimizer: placeholder_optimizer_state(optimizer,
                                                                                      holders),
                             accumulate_in_loop=False)
-    batch = placeholder_batch(run.task.example_batch(cfg),
+    batch = placeholder_batch(task.example_batch(cfg),
                               functools.partial(batch_spec, mesh_axes=axis_sizes(mesh)), holders)
     updated = state_tensors(model, step.optimizer)
     sources = tensor_ids(updated)
@@ -190,11 +199,22 @@ class CompiledPlan:
         return self.analytic.hbm_bytes
 
     @property
+    def beside_step_bytes(self) -> float:
+        """What the task holds on a chip between programs (a sampler's KV cache): the
+        compiled step never sees it, so its total is short of it (analytic, per chip)."""
+        return sum(entry.bytes for entry in self.analytic.placed if not entry.in_step)
+
+    @property
+    def total_bytes(self) -> float:
+        """The compiled step's per-chip total and what the task holds beside it."""
+        return self.compiled.total_bytes + self.beside_step_bytes
+
+    @property
     def fits(self) -> bool:
         """The compiler decides: it refused the program, or its per-chip total (arguments
-        included, which its own check leaves out) exceeds the chip's HBM."""
-        step = self.compiled
-        return isinstance(step, CompiledStep) and step.total_bytes <= self.hbm_bytes
+        included, which its own check leaves out; with what the task holds beside the step)
+        exceeds the chip's HBM."""
+        return isinstance(self.compiled, CompiledStep) and self.total_bytes <= self.hbm_bytes
 
     def step_model(self) -> StepModel:
         """The projected step of the compiled program (call only when it compiled)."""
@@ -239,9 +259,10 @@ class CompiledPlan:
                 "chip": self.hbm_bytes,
                 "compiled": {"arguments": step.argument_bytes, "outputs": step.output_bytes,
                              "aliased": step.alias_bytes, "temporaries": step.temp_bytes,
-                             "generated_code": step.code_bytes, "total": step.total_bytes},
+                             "generated_code": step.code_bytes,
+                             "beside_step": self.beside_step_bytes, "total": self.total_bytes},
                 "analytic": analytic_hbm,
-                "compiled_over_analytic": step.total_bytes / plan.total,
+                "compiled_over_analytic": self.total_bytes / plan.total,
             },
             "flops_per_chip": {**flops, "compiled_matmul": step.matmul_flops,
                                "compiled_matmul_loop_bodies_once": step.matmul_flops_once,
@@ -281,8 +302,17 @@ def compile_plan(run: Run, target_mfu: float = 0.5,
 
 
 def persistent_bytes(plan: Plan) -> float:
-    """Analytic bytes per chip that live across steps: parameters and optimizer state."""
-    return sum(v for k, v in plan.terms.items() if k.startswith(("parameters", "optimizer")))
+    """Analytic bytes per chip the step reads and keeps across steps, the compiled
+    program's arguments: parameters, optimizer state and what the task places for the step
+    (DPO's reference copy)."""
+    placed = sum(entry.bytes for entry in plan.placed if entry.in_step)
+    return placed + sum(v for k, v in plan.terms.items()
+                        if k.startswith(("parameters", "optimizer")))
+
+
+def _persistent_label(plan: Plan) -> str:
+    return " + ".join(["parameters", "optimizer state",
+                       *(entry.name for entry in plan.placed if entry.in_step)]) + " (+ batch)"
 
 
 def describe_compiled(plan: CompiledPlan, analytic: bool = True) -> str:
@@ -299,19 +329,23 @@ def describe_compiled(plan: CompiledPlan, analytic: bool = True) -> str:
             f"does NOT fit, by the compiler's numbers: the program alone needs at least "
             f"{format_bytes(step.program_bytes)} of the {format_bytes(step.usable_bytes)} HBM "
             f"the compiler may use per chip; its check leaves out the arguments, "
-            f"{format_bytes(persistent_bytes(plan.analytic))} of parameters and optimizer "
-            "state per chip (analytic)",
+            f"{format_bytes(persistent_bytes(plan.analytic))} of "
+            f"{_persistent_label(plan.analytic).removesuffix(' (+ batch)')} per chip "
+            "(analytic)",
             "  largest allocations: " + "; ".join(step.largest),
             *([FIT_ADVICE] if plan.analytic.fits else []),
         ])
-    persistent = persistent_bytes(plan.analytic)
+    persistent, beside = persistent_bytes(plan.analytic), plan.beside_step_bytes
     rows = [
-        ("parameters + optimizer state (+ batch)", format_bytes(persistent),
+        (_persistent_label(plan.analytic), format_bytes(persistent),
          format_bytes(step.argument_bytes)),
-        ("gradients, activations, gathered weights", format_bytes(plan.analytic.total - persistent),
+        ("gradients, activations, gathered weights",
+         format_bytes(plan.analytic.total - persistent - beside),
          format_bytes(step.temp_bytes + step.output_bytes - step.alias_bytes)),
         ("generated code", "-", format_bytes(step.code_bytes)),
-        ("total HBM", format_bytes(plan.analytic.total), format_bytes(step.total_bytes)),
+        *((entry.name + " (beside the step: analytic)", format_bytes(entry.bytes),
+           format_bytes(entry.bytes)) for entry in plan.analytic.placed if not entry.in_step),
+        ("total HBM", format_bytes(plan.analytic.total), format_bytes(plan.total_bytes)),
         ("matmul FLOPs per step (as executed)", f"{flops['analytic_executed']:.3e}",
          f"{flops['compiled_matmul']:.3e}"),
     ]
@@ -320,7 +354,7 @@ def describe_compiled(plan: CompiledPlan, analytic: bool = True) -> str:
         *first,
         heading,
         format_table(("per chip", "analytic", "compiled"), rows),
-        f"{verdict} by the compiler's numbers: {format_bytes(step.total_bytes)} of "
+        f"{verdict} by the compiler's numbers: {format_bytes(plan.total_bytes)} of "
         f"{format_bytes(plan.hbm_bytes)} HBM per chip "
         f"(compiled / analytic = {hbm['compiled_over_analytic']:.2f})",
     ]
@@ -379,7 +413,7 @@ def hbm_difference_note(plan: CompiledPlan) -> str:
     state, the program's arguments) or the step's transients (gradients, activations,
     gathered weights: its temporaries)."""
     step, persistent = plan.compiled, persistent_bytes(plan.analytic)
-    transient = plan.analytic.total - persistent
+    transient = plan.analytic.total - persistent - plan.beside_step_bytes
     note = (
         f"persistent state compiled {format_bytes(step.argument_bytes)} vs analytic "
         f"{format_bytes(persistent)}; transients (gradients, activations, gathered "

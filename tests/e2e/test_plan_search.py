@@ -5,13 +5,17 @@ batch). The whole llama-tiny search (5 compiles) and the llama-8b search against
 hand-picked MaxText-comparison config are slow; the default suite compiles one candidate."""
 
 import json
+import signal
+import subprocess
+import time
 
+import psutil
 import pytest
 
 from benchmarks.plan.analytic import make_plan
 from benchmarks.plan.search import projected_mfu
 from core import topology
-from tests.support.runs import zoo
+from tests.support.runs import popen_zoo, zoo
 from zoo.app.run import resolve_run
 
 
@@ -70,6 +74,33 @@ def test_a_budget_too_small_for_one_compile_is_one_line():
     assert result.returncode != 0 and "Traceback" not in result.stderr
     assert last.startswith("Error: --budget 0.02 min ran out before the first compile of "
                            "llama-tiny for v5p-8 finished; raise --budget"), last
+
+
+def test_a_cpu_slice_is_refused_in_one_line():
+    result = zoo("plan", "llama-tiny", "--tpu", "cpu-4", "--search", timeout=120)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.strip() == (
+        "Error: --search (it compiles each configuration with the TPU compiler) needs a v4, "
+        "v5p, v5e or v6e slice, not cpu-4")
+
+
+def test_a_sigterm_ends_the_search_and_its_compile_processes_at_once():
+    """The workers run in sessions of their own (a timed-out compile is killed with its
+    children): the search must stop them itself, not leave them to finish their compile."""
+    search = popen_zoo("plan", "llama-tiny", "--tpu", "v5p-8", "--search", "--jobs", "1",
+                       "sharding=fsdp", "remat=none", "global_batch_size=16", "mesh.fsdp=4",
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    parent, deadline = psutil.Process(search.pid), time.monotonic() + 120
+    while not (workers := parent.children()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert workers, search.communicate()[1][-3000:]
+    time.sleep(2)  # importing torch_xla, or compiling: either way busy, not reading stdin
+    search.send_signal(signal.SIGTERM)
+    _, stderr = search.communicate(timeout=10)
+    assert search.returncode == 128 + signal.SIGTERM, stderr[-3000:]
+    assert "Traceback" not in stderr
+    gone, alive = psutil.wait_procs(workers, timeout=2)
+    assert not alive, [p.cmdline() for p in alive]
 
 
 @pytest.mark.slow

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from core import lora
 from core.data import check_vocab, load_tokenizer
 from core.errors import UserError
-from core.task import Task
+from core.task import Placed, Task
 from zoo.data.dpo_batches import DPOBatches
 from zoo.data.dpo_data import DPODataConfig, describe, load_pairs
 from zoo.data.packing import example_documents
@@ -136,6 +136,14 @@ class DirectPreference(CausalLM):
             bound.reference = place(copy.deepcopy(model).requires_grad_(False))
         bound.config = config.dpo
         return bound
+
+    def placed(self, config: DPOTrainConfig, params) -> list[Placed]:
+        """What `bind` places beside the model: under LoRA nothing (the reference is the
+        model with its adapters off), else the frozen copy, each device holding what it
+        holds of the model's own weights (same sharding, same dtype)."""
+        if config.lora.enabled:
+            return []
+        return [Placed("reference model (frozen copy)", sum(p.shard_bytes for p in params))]
 
     def loss(self, model, batch):
         policy, tokens = response_logps(model, batch)
