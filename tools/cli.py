@@ -270,7 +270,8 @@ def plan(model, overrides, tpu, target_mfu, compile_, compare, search_, budget, 
                             "(compare the winner with `--compile --compare maxtext` after)")
         from benchmarks.plan import search  # torch, the families
 
-        result = search.search(model, tpu, list(overrides), budget, jobs, max_batch, click.echo)
+        result = search.search(model, tpu, list(overrides), budget, jobs, max_batch, click.echo,
+                               compile_=compile_)
         click.echo(json.dumps(result.record(), indent=2) if as_json else search.describe(result))
         return
     from benchmarks.plan.report import plan_report  # torch, the families
