@@ -21,7 +21,7 @@ from core.store.location import Store
 from core.store.manifest import write_manifest
 from tests.support.checkpoint_worker import BATCH, RESTORE_STEP, STEPS
 from tests.support.paths import ROOT
-from tests.support.xla_harness import xla_cpu_env
+from tests.support.xla_harness import UNOPTIMISED_CODE, xla_cpu_env
 
 DEVICE_COUNTS = (1, 4)
 OTHER = {1: 4, 4: 1}
@@ -37,7 +37,7 @@ def runs(tmp_path_factory):
             subprocess.Popen(
                 [sys.executable, "-m", "tests.support.checkpoint_worker", str(out)],
                 cwd=ROOT,
-                env=xla_cpu_env(n),
+                env=xla_cpu_env(n, UNOPTIMISED_CODE),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=log,

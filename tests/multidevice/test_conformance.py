@@ -6,8 +6,9 @@ runtime relies on. A new family is checked here as soon as it has its registry l
   and a forgotten rule fails with a message that says what to add;
 - every remat preset names layers and stacks the model has;
 - the tiny size trains: forward + backward under every sharding preset, equal on 4 XLA CPU
-  devices and on 1, with the planned shards; a checkpoint saved by a real `zoo train` run
-  restores exactly; the export loads in transformers with the same loss;
+  devices and on 1, with the planned shards (`slow`: test_*_presets.py compare every
+  family's shardings on 8 devices by default); a checkpoint saved by a real `zoo train`
+  run restores exactly; the export loads in transformers with the same loss;
 - the analytic FLOPs (full attention) match torch's FlopCounterMode within 2%.
 """
 
@@ -38,15 +39,22 @@ PRESETS = [(name, p) for name in FAMILIES for p in family(name).preset_names("sh
 REMATS = [(name, p) for name in FAMILIES for p in family(name).preset_names("remat")]
 # fp32; sharding only reorders reductions.
 XLA_TOL = {"rtol": 1e-4, "atol": 1e-5}
-# The family whose 1- and 4-device training workers (20-35 s each) run by default; the
-# others' are `slow`: their presets are checked on 8 devices against 1 (test_*_presets.py),
-# their exports and resumes end to end (tests/e2e) by default.
+# The family whose 4-device checkpoint round trip (a 2-step `zoo train`, its restore and
+# export) runs by default; the others' are `slow`: their exports and resumes run end to end
+# (tests/e2e) by default.
 TRAINED_BY_DEFAULT = ("llama",)
 
 
 def trained(name: str, *rest):
     marks = () if name in TRAINED_BY_DEFAULT else pytest.mark.slow
     return pytest.param(name, *rest, marks=marks)
+
+
+def sharded_vs_single(name: str, preset: str):
+    """Every family's sharding presets are compared on 8 devices against 1 by default
+    (test_*_presets.py, every sharding of each family), so the 4-device comparison here, a
+    1-device worker and a forward+backward per preset on each count, is `slow` for all."""
+    return pytest.param(name, preset, marks=pytest.mark.slow)
 
 
 @functools.cache
@@ -108,23 +116,28 @@ def test_remat_preset_names_real_layers(name, remat):
 
 
 @pytest.fixture(scope="module")
-def worker_runs(tmp_path_factory):
+def worker_runs(request, tmp_path_factory):
     """name -> worker results by device count, plus the folder of the 4-device run; each
-    family's workers run once, when a selected test first needs them."""
+    family's workers run once, when a selected test first needs them, and the presets'
+    forward+backward (with the 1-device worker) only when a selected test compares them."""
     cache = {}
+    compared = {item.callspec.params["name"] for item in request.session.items
+                if item.originalname == "test_tiny_trains_equally_on_4_devices_and_1"}
 
     def runs(name: str) -> dict:
         if name not in cache:
             out = tmp_path_factory.mktemp(f"conformance-{name}")
-            results = run_workers("tests.support.conformance_worker", (1, 4), out,
-                                  args=[name])
+            presets = name in compared
+            results = run_workers("tests.support.conformance_worker",
+                                  (1, 4) if presets else (4,), out,
+                                  args=[*(["--presets"] if presets else []), name])
             cache[name] = {**results, "dir": out / f"run-{name}"}
         return cache[name]
 
     return runs
 
 
-@pytest.mark.parametrize("name,preset", [trained(*case) for case in PRESETS])
+@pytest.mark.parametrize("name,preset", [sharded_vs_single(*case) for case in PRESETS])
 def test_tiny_trains_equally_on_4_devices_and_1(worker_runs, name, preset):
     runs = worker_runs(name)
     single, sharded = runs[1]["presets"][name][preset], runs[4]["presets"][name][preset]

@@ -4,8 +4,9 @@ analytic count, and the collectives its sharding implies are in the program.
 
 Default suite: llama's fsdp and fsdp_tensor presets on v5p-8 (4 chips), unrolled and
 scanned, with and without remat; one preset per other family on v6e-8 (8 chips); llama on
-v4-32 (16 chips on 4 hosts); mixtral with and without expert parallelism on v5p-8; qwen3
-scanned on v5p-64 (32 chips: FSDP's gradients reduced into their shards). `slow`: the full
+v4-8 (a v4 chip; one process compiles every slice of a device count, so v4-8 shares
+v5p-8's); mixtral with and without expert parallelism on v5p-8; qwen3 scanned on v5p-64
+(32 chips on 8 hosts: FSDP's gradients reduced into their shards). `slow`: the full
 family x sharding x remat x slice matrix, the context preset and its memory at 4096 tokens,
 eager attention under tensor parallelism, and a plan that cannot fit (llama-70b replicated
 on v4-8; the compiler's refusal messages are read by default below and in
@@ -34,8 +35,8 @@ from zoo.registry import family
 WORKER = "tests.support.compile_worker"
 FAMILIES = ("llama", "t5", "vit", "qwen3", "qwen3moe", "gemma3", "deepseek3")
 # families checked on each slice by default; every family is in the slow matrix (llama's
-# fsdp preset compiles on v5p-8 and v4-32, qwen3's on v5p-64, so v6e-8 takes the others)
-ON_SLICE = {"v5p-8": ("llama",), "v4-32": ("llama",),
+# fsdp preset compiles on v5p-8 and v4-8, qwen3's on v5p-64, so v6e-8 takes the others)
+ON_SLICE = {"v5p-8": ("llama",), "v4-8": ("llama",),
             "v6e-8": tuple(f for f in FAMILIES if f not in ("llama", "qwen3"))}
 SHARDINGS = {"fsdp": [], "fsdp_tensor": ["mesh.tensor=2"]}
 REMATS = ("none", "checkpoint", "scan", "scan_checkpoint")
@@ -149,11 +150,11 @@ def bf16_gradient_bytes(record: dict) -> float:
 
 @pytest.fixture(scope="module")
 def default_records(tmp_path_factory):
-    # one process per device count (each loads torch_xla, JAX and libtpu once): v6e-8 and
-    # 2xv5p-8 (8 devices each) share one
+    # one process per device count (each loads torch_xla, JAX and libtpu once): v5p-8 and
+    # v4-8 (4 devices each) share one, v6e-8 and 2xv5p-8 (8 each) another
     jobs = [("v5p-8", [case("llama", s, r) for s, r in DEFAULT_PRESETS] + MIXTRAL),
             ("v6e-8", [case(f, "fsdp", "none") for f in ON_SLICE["v6e-8"]]),
-            ("v4-32", [case(f, "fsdp", "none") for f in ON_SLICE["v4-32"]]),
+            ("v4-8", [case(f, "fsdp", "none") for f in ON_SLICE["v4-8"]]),
             ("2xv5p-8", [case("llama", "fsdp", "none")]), ("v5p-64", [GRADIENTS_TO_SHARDS])]
     return compile_cases(jobs, tmp_path_factory.mktemp("compile"))
 
@@ -195,6 +196,7 @@ def test_a_gathered_weights_gradient_goes_to_its_shards_not_all_reduced_whole(de
     GiB a step on qwen3-8b on v5p-64, docs/results/plan-compare-qwen3-8b-v5p-64.md)."""
     (record,) = default_records["v5p-64"]
     assert record["fits"] and record["mesh"]["fsdp"] == 32
+    assert record["chips"] == 32 and record["hosts"] == 8  # one program over 8 hosts
     check_flops(record)
     o_proj = 256 * 8 * 64 * 2  # qwen3-tiny's [hidden, heads x head_dim] weight in bf16
     assert record["collectives"]["all-reduce"]["bytes"] < o_proj, record["collectives"]
@@ -233,7 +235,7 @@ def test_eager_attention_is_split_over_the_tensor_axis(tmp_path):
     check_flops(record)
 
 
-@pytest.mark.parametrize("slice_type", ["v5p-8", "v6e-8", "v4-32"])
+@pytest.mark.parametrize("slice_type", ["v5p-8", "v6e-8", "v4-8"])
 def test_one_preset_per_family_on_each_slice(default_records, slice_type):
     topo = parse(slice_type)
     records = [r for r in default_records[slice_type] if "sharding=fsdp" in r["case"][1]

@@ -2,15 +2,15 @@
 for the tiny size of each family named on the command line, on however many XLA CPU devices
 this process has:
 
-- forward + backward of the family's own training loss on its example batch under every
-  sharding preset (remat none): loss, gradients and actual shards, compared across device
-  counts by the test;
+- with --presets, forward + backward of the family's own training loss on its example
+  batch under every sharding preset (remat none): loss, gradients and actual shards,
+  compared across device counts by the test;
 - with more than one device, a 2-step `zoo train` run on synthetic data that saves a
   checkpoint, then a fresh trainer that resumes from it: the restored weights and optimizer
   state must equal the saved ones. The run folder is kept for the HF export test.
 
 Usage (from the repo root):
-    python -m tests.support.conformance_worker OUT.pt FAMILY [FAMILY ...]
+    python -m tests.support.conformance_worker OUT.pt [--presets] FAMILY [FAMILY ...]
 """
 
 import os
@@ -99,9 +99,11 @@ def checkpoint_round_trip(name: str, run_dir: Path) -> dict:
 
 def main(out: str, names: list[str]):
     xr.use_spmd()
+    presets = names[0] == "--presets"
     results = {"devices": xr.global_runtime_device_count(), "presets": {}, "checkpoints": {}}
-    for name in names:
-        results["presets"][name] = presets_forward_backward(name)
+    for name in names[presets:]:
+        if presets:
+            results["presets"][name] = presets_forward_backward(name)
         if results["devices"] > 1:
             run_dir = Path(out).parent / f"run-{name}"
             results["checkpoints"][name] = checkpoint_round_trip(name, run_dir)
