@@ -63,6 +63,10 @@ MIXTRAL = [["mixtral-tiny", ["sharding=fsdp_expert", "remat=scan", "mesh.expert=
 GRADIENTS_TO_SHARDS = ["qwen3-tiny", ["sharding=fsdp", "remat=scan_checkpoint",
                                       "global_batch_size=32"]]
 
+# a full-tune DPO step: its frozen reference copy is among the compiled arguments
+DPO = ["llama-tiny", ["task=dpo", "sharding=fsdp", "remat=none"]]
+REFERENCE = "reference model (frozen copy)"
+
 # context parallelism at a long sequence (plain attention: each chip holds its scores)
 CONTEXT = [["llama-tiny", [f"sharding={sharding}", "remat=none", "seq_len=4096",
                            "model.attention=plain", *extra]]
@@ -152,7 +156,7 @@ def bf16_gradient_bytes(record: dict) -> float:
 def default_records(tmp_path_factory):
     # one process per device count (each loads torch_xla, JAX and libtpu once): v5p-8 and
     # v4-8 (4 devices each) share one, v6e-8 and 2xv5p-8 (8 each) another
-    jobs = [("v5p-8", [case("llama", s, r) for s, r in DEFAULT_PRESETS] + MIXTRAL),
+    jobs = [("v5p-8", [case("llama", s, r) for s, r in DEFAULT_PRESETS] + MIXTRAL + [DPO]),
             ("v6e-8", [case(f, "fsdp", "none") for f in ON_SLICE["v6e-8"]]),
             ("v4-8", [case(f, "fsdp", "none") for f in ON_SLICE["v4-8"]]),
             ("2xv5p-8", [case("llama", "fsdp", "none")]), ("v5p-64", [GRADIENTS_TO_SHARDS])]
@@ -202,6 +206,21 @@ def test_a_gathered_weights_gradient_goes_to_its_shards_not_all_reduced_whole(de
     assert record["collectives"]["all-reduce"]["bytes"] < o_proj, record["collectives"]
 
 
+def test_the_compiled_dpo_step_holds_the_reference_the_plan_counts(default_records):
+    """A full-tune DPO step holds its frozen reference copy among the program's arguments,
+    as many bytes per chip as the analytic plan counts for it (core.task.Task.placed): before
+    the trace bound the task as `zoo train` does, the compiled step read the policy's own
+    weights as its reference and its arguments were the plain step's."""
+    (record,) = [r for r in default_records["v5p-8"] if r["case"] == DPO]
+    analytic, compiled = record["hbm_per_chip"]["analytic"], record["hbm_per_chip"]["compiled"]
+    persistent = sum(v for k, v in analytic.items()
+                     if k.startswith(("parameters", "optimizer")) or k == REFERENCE)
+    assert analytic[REFERENCE] == analytic["parameters (fp32)"]
+    # the arguments: the persistent state and the batch (a few KiB of token ids)
+    assert 0 <= compiled["arguments"] - persistent < 2**20, (compiled, analytic)
+    assert record["fits"]
+
+
 @pytest.mark.slow  # its memory at 4096 tokens: test_context_parallelism_splits_the_sequence...
 def test_the_context_preset_compiles_and_gathers_keys_and_values(tmp_path):
     (record,) = compile_cases([("v5p-8", [CONTEXT_PRESET])], tmp_path)["v5p-8"]
@@ -239,7 +258,7 @@ def test_eager_attention_is_split_over_the_tensor_axis(tmp_path):
 def test_one_preset_per_family_on_each_slice(default_records, slice_type):
     topo = parse(slice_type)
     records = [r for r in default_records[slice_type] if "sharding=fsdp" in r["case"][1]
-               and "remat=none" in r["case"][1] and r["case"] not in MIXTRAL]
+               and "remat=none" in r["case"][1] and r["case"] not in (*MIXTRAL, DPO)]
     assert len(records) == len(ON_SLICE.get(slice_type, FAMILIES))
     for record in records:
         check_preset(record, None)

@@ -1,7 +1,7 @@
 """Plans count everything a task places beside the trained model (core.task.Task.placed):
 DPO's frozen reference copy in a full tune (none under LoRA, whose reference is the model
 with its adapters off), in the analytic plan, in `zoo train`'s fit check and in the compiled
-plan's totals (the compile itself: tests/multidevice/test_tpu_compile_dpo.py)."""
+plan's totals (the compile itself: tests/multidevice/test_tpu_compile.py)."""
 
 import re
 
