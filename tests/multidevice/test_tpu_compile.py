@@ -6,7 +6,8 @@ Default suite: llama's fsdp and fsdp_tensor presets on v5p-8 (4 chips), unrolled
 scanned, with and without remat; one preset per other family on v6e-8 (8 chips); llama on
 v4-8 (a v4 chip; one process compiles every slice of a device count, so v4-8 shares
 v5p-8's); mixtral with and without expert parallelism on v5p-8; qwen3 scanned on v5p-64
-(32 chips on 8 hosts: FSDP's gradients reduced into their shards). `slow`: the full
+(32 chips on 8 hosts: FSDP's gradients reduced into their shards); a full-tune DPO step on
+v5p-8 (its reference copy among the arguments). `slow`: the full
 family x sharding x remat x slice matrix, the context preset and its memory at 4096 tokens,
 eager attention under tensor parallelism, and a plan that cannot fit (llama-70b replicated
 on v4-8; the compiler's refusal messages are read by default below and in
