@@ -21,12 +21,13 @@ TUNED_WITH_ADAPTERS = ["task=sft", "lora.rank=8", LORA_TARGETS, "log_every=1", "
 @pytest.fixture(scope="session")
 def tuned_with_adapters(pretrained_run, tmp_path_factory):
     """The pretrained run tuned on the shipped instructions (`task=sft`) with LoRA adapters,
-    4 steps on each backend side by side: xla on 4 devices with 2 micro-batches a step and
-    the layers scanned, stopped after step 2 and resumed (the lr is all warm-up, so --steps
+    4 steps on each backend side by side: xla on 4 devices with 2 micro-batches a step,
+    stopped after step 2 and resumed (LoRA under a scanned stack: qwen3moe's experts in
+    tests/e2e/test_hf_families.py) (the lr is all warm-up, so --steps
     does not change it); dtensor with 2 processes, unrolled. {backend: (run folder, the
     last command's result)}: tests/e2e/test_sft.py and tests/e2e/test_lora.py read them."""
     folder = tmp_path_factory.mktemp("tuned")
-    runs = {"xla": ["--tpu", "cpu-4", "grad_accum=2", "remat=scan"],
+    runs = {"xla": ["--tpu", "cpu-4", "grad_accum=2"],
             "dtensor": ["--backend", "dtensor", "--nproc", "2"]}
 
     def train(name, *args):
