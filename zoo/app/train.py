@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 
 import yaml
 
@@ -22,7 +23,7 @@ from core.store.lease import RunIdentity, check_owner, leased
 from core.store.location import Store
 from core.store.run_folder import CHECKPOINTS, LOCATION_CONFIG, RUN_CONFIG, RUN_ID, RunFolder
 from core.store.run_home import RunHome
-from zoo.app.init_from import StartingPoint, starting_point
+from zoo.app.init_from import StartingPoint, resolved_source, starting_point
 from zoo.app.run import Run
 from zoo.registry import ModelFamily
 
@@ -70,6 +71,8 @@ def check_resumable(cfg) -> None:
                 "new location first, or use a new --out")
         if not saved_steps:
             return
+    if saved.get("init_from"):  # stored as typed before it was stored absolute
+        saved["init_from"] = resolved_source(saved["init_from"])
     may_change = resumable(type(cfg))
     changed = {key: values for key, values in
                config_lib.changed_keys(saved, yaml.safe_load(config_lib.to_yaml(cfg))).items()
@@ -78,6 +81,19 @@ def check_resumable(cfg) -> None:
         diff = ", ".join(f"{key}: {old} -> {new}" for key, (old, new) in changed.items())
         raise UserError(f"{cfg.out} holds a run with other settings ({diff}); use a new --out, "
                         "or --force-resume to continue that run with these")
+
+
+def saved_init_from(out: str) -> str | None:
+    """The starting point of the run already in `out`, which a rerun there keeps without
+    being told again (`zoo train MODEL --out RUN` resumes an --init-from run); said once."""
+    saved = RunHome(out).read(RUN_CONFIG)
+    if saved is None:
+        return None
+    source = config_lib.parse_yaml(saved, RunHome(out).path(RUN_CONFIG)).get("init_from")
+    if source:
+        print(f"note: {out} started from --init-from {source}; resuming from it",
+              file=sys.stderr)
+    return source or None
 
 
 def run_identity(cfg, family: ModelFamily, home, run_id: str | None):
@@ -100,10 +116,11 @@ def build_engine(run: Run, build_model=None, force_resume: bool = False,
     family, cfg = run.family, run.config
     if backend == "xla":
         select_runtime(run.topology)
-    if cfg.init_from and origin is None:
-        origin = starting_point(cfg.init_from, run.model_name)
-    if origin:
-        cfg = origin.apply(cfg)
+    inherited = None if cfg.init_from or origin else saved_init_from(cfg.out)
+    if (cfg.init_from or inherited) and origin is None:
+        origin = starting_point(cfg.init_from or inherited, run.model_name)
+    if origin:  # the run's own (not inherited) was applied by resolve_run, tokenizer settled
+        cfg = origin.apply(cfg, tokenizer_chosen=not inherited)
     run = run.with_config(run.task.resolve(cfg))
     cfg = run.config
     # First: a bucket out of reach fails in seconds. One probe per machine: processes of

@@ -4,10 +4,12 @@ own, so zoo/common/hf_weights.py loads them."""
 from __future__ import annotations
 
 from core.hf import read_config
+from zoo.common.decoder_config import HF_REQUIRED
 from zoo.gemma3.config import Gemma3Config
 
 
 def config_from_hf(name_or_path: str) -> Gemma3Config:
     from transformers import Gemma3TextConfig  # transformers
 
-    return Gemma3Config.from_hf(Gemma3TextConfig.from_dict(read_config(name_or_path)))
+    return Gemma3Config.from_hf(Gemma3TextConfig.from_dict(read_config(
+        name_or_path, (*HF_REQUIRED, "num_key_value_heads", "head_dim"))))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 from core.hf import read_config
+from zoo.common.decoder_config import HF_REQUIRED
 from zoo.common.hf_experts import PerExpertNames, load_hf_experts
 from zoo.mixtral.config import MixtralConfig
 
@@ -18,7 +19,8 @@ MIXTRAL_EXPERTS = PerExpertNames(
 def config_from_hf(name_or_path: str) -> MixtralConfig:
     from transformers import MixtralConfig as HFMixtralConfig  # transformers
 
-    return MixtralConfig.from_hf(HFMixtralConfig.from_dict(read_config(name_or_path)))
+    return MixtralConfig.from_hf(HFMixtralConfig.from_dict(read_config(name_or_path, (
+        *HF_REQUIRED, "num_key_value_heads", "num_local_experts", "num_experts_per_tok"))))
 
 
 def load_hf(model, name_or_path: str) -> None:

@@ -12,7 +12,10 @@ from zoo.qwen3moe.config import Qwen3MoeConfig
 def config_from_hf(name_or_path: str) -> Qwen3MoeConfig:
     from transformers import Qwen3MoeConfig as HFQwen3MoeConfig  # transformers
 
-    return Qwen3MoeConfig.from_hf(HFQwen3MoeConfig.from_dict(read_config(name_or_path)))
+    return Qwen3MoeConfig.from_hf(HFQwen3MoeConfig.from_dict(read_config(name_or_path, (
+        "vocab_size", "hidden_size", "moe_intermediate_size", "num_hidden_layers",
+        "num_attention_heads", "num_key_value_heads", "head_dim", "num_experts",
+        "num_experts_per_tok"))))
 
 
 def load_hf(model, name_or_path: str) -> None:

@@ -12,7 +12,8 @@ EMBEDDING_ALIASES = ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight
 def config_from_hf(name_or_path: str) -> T5Config:
     from transformers import T5Config as HFT5Config  # transformers
 
-    return T5Config.from_hf(HFT5Config.from_dict(read_config(name_or_path)))
+    return T5Config.from_hf(HFT5Config.from_dict(read_config(name_or_path, (
+        "vocab_size", "d_model", "d_kv", "d_ff", "num_layers", "num_heads"))))
 
 
 def load_hf(model, name_or_path: str) -> None:

@@ -25,7 +25,9 @@ LEGACY_NAMES = (
 def config_from_hf(name_or_path: str) -> ViTConfig:
     from transformers import ViTConfig as HFViTConfig  # transformers
 
-    return ViTConfig.from_hf(HFViTConfig.from_dict(read_config(name_or_path)))
+    return ViTConfig.from_hf(HFViTConfig.from_dict(read_config(name_or_path, (
+        "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+        "image_size", "patch_size"))))
 
 
 def current_name(name: str) -> str:
