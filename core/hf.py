@@ -130,13 +130,19 @@ def safetensors_header(file: Path) -> dict[str, dict]:
     return header
 
 
-def read_safetensors(folder: Path) -> dict[str, torch.Tensor]:
-    """All tensors of a (possibly sharded, indexed) safetensors checkpoint (meta tensors
-    inside `headers_only()`); every file's header is checked first (`safetensors_header`)."""
+def safetensors_headers(folder: Path) -> dict[Path, dict[str, dict]]:
+    """{file: its header} of every safetensors file of a checkpoint, each checked against
+    its size (`safetensors_header`); a folder with none is refused."""
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         raise UserError(f"{folder} has no *.safetensors weights")
-    headers = {file: safetensors_header(file) for file in files}
+    return {file: safetensors_header(file) for file in files}
+
+
+def read_safetensors(folder: Path) -> dict[str, torch.Tensor]:
+    """All tensors of a (possibly sharded, indexed) safetensors checkpoint (meta tensors
+    inside `headers_only()`); every file's header is checked first."""
+    headers = safetensors_headers(folder)
     state = {}
     for file, header in headers.items():
         if _HEADERS_ONLY.get():

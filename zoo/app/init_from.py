@@ -28,7 +28,7 @@ import dataclasses
 from pathlib import Path
 
 from core.errors import UserError
-from core.hf import check_architecture, headers_only, local_dir, read_config
+from core.hf import check_architecture, headers_only, local_dir, read_config, safetensors_headers
 from zoo.common.architecture import changed_architecture, run_time_keys, with_architecture
 from zoo.registry import ModelFamily, family_for_hf_architecture, resolve_name
 
@@ -141,6 +141,8 @@ def _from_hf(source: str, model_name: str | None) -> StartingPoint:
     if family.load_hf is None:
         raise UserError(f"{family.name} cannot load Hugging Face checkpoints (--init-from)")
     check_architecture(source, family.hf_class)
+    folder = local_dir(source)
+    safetensors_headers(folder)  # files cut short or damaged: before transformers is read
     try:
         model = family.config_from_hf(source)
     except (ValueError, TypeError) as error:
@@ -153,7 +155,6 @@ def _from_hf(source: str, model_name: str | None) -> StartingPoint:
                         f"{_differences(model, resolve_name(model_name)[0], model_name)}; name "
                         f"{own} or no model (the folder's own)")
     _check_weights(family, model, source)
-    folder = local_dir(source)
     tokenizer = str(folder) if any((folder / f).is_file() for f in TOKENIZER_FILES) else None
     return StartingPoint(source, family, False, own, model, tokenizer)
 

@@ -9,6 +9,7 @@ from zoo.llama.config import LlamaConfig
 
 
 def config_from_hf(name_or_path: str) -> LlamaConfig:
+    raw = read_config(name_or_path, HF_REQUIRED)
     from transformers import LlamaConfig as HFLlamaConfig  # transformers
 
-    return LlamaConfig.from_hf(HFLlamaConfig.from_dict(read_config(name_or_path, HF_REQUIRED)))
+    return LlamaConfig.from_hf(HFLlamaConfig.from_dict(raw))
