@@ -25,6 +25,7 @@ architecture; one that would change it is refused naming the folder's value.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from pathlib import Path
 
 from core.errors import UserError
@@ -100,6 +101,22 @@ def starting_point(source: str, model_name: str | None) -> StartingPoint:
         raise UserError(f"--init-from {source} holds a {found.model_name} model, not "
                         f"{model_name}; name no model (the starting point's own) or its own")
     return found
+
+
+def kept_init_from(out: str | None) -> str | None:
+    """The starting point of the run already in `out`, which a rerun there keeps without
+    being told (`zoo train MODEL --out RUN` resumes an --init-from run); said on stderr."""
+    from core.config import parse_yaml
+    from core.store.run_folder import RUN_CONFIG
+    from core.store.run_home import RunHome
+
+    saved = RunHome(out).read(RUN_CONFIG) if out else None
+    tree = parse_yaml(saved, RunHome(out).path(RUN_CONFIG)) if saved else None
+    source = tree.get("init_from") if isinstance(tree, dict) else None
+    if source:
+        print(f"note: {out} started from --init-from {source}; resuming from it",
+              file=sys.stderr)
+    return source or None
 
 
 def resolved_source(source: str) -> str:

@@ -100,12 +100,7 @@ def resolve_run(model_name: str, overrides: list[str], config_files=(),
     starting point is not read again (it may be gone: a tuned run stands on its own)."""
     family, size = resolve_name(model_name)
     task = family.task_named(config_lib.given_value("task", config_files, overrides))
-    init_from = None if saved else config_lib.given_value("init_from", config_files, overrides)
-    start = None
-    if init_from:
-        from zoo.app.init_from import starting_point  # a saved run's readers
-
-        start = starting_point(init_from, model_name)
+    start = None if saved else _starting_point(model_name, config_files, overrides)
     if size is None and not (start or saved):
         raise UserError(f"{model_name} is a model family; name one of its sizes "
                         f"({', '.join(f'{model_name}-{s}' for s in family.sizes)}), or start "
@@ -126,6 +121,16 @@ def resolve_run(model_name: str, overrides: list[str], config_files=(),
     remat = family.remat(config.remat)
     remat.check_device(topology.is_tpu)
     return Run(family, task, config, topology, rules, remat, mesh)
+
+
+def _starting_point(model_name: str, config_files, overrides):
+    """The run's `init_from`, identified: the one given, else the one of the run already in
+    its `out` (a rerun there resumes it without being told again); None: a random start."""
+    from zoo.app.init_from import kept_init_from, starting_point  # a saved run's readers
+
+    source = (config_lib.given_value("init_from", config_files, overrides)
+              or kept_init_from(config_lib.given_value("out", config_files, overrides)))
+    return starting_point(source, model_name) if source else None
 
 
 def _gives(key: str, files, overrides) -> bool:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 
 import yaml
 
@@ -83,19 +82,6 @@ def check_resumable(cfg) -> None:
                         "or --force-resume to continue that run with these")
 
 
-def saved_init_from(out: str) -> str | None:
-    """The starting point of the run already in `out`, which a rerun there keeps without
-    being told again (`zoo train MODEL --out RUN` resumes an --init-from run); said once."""
-    saved = RunHome(out).read(RUN_CONFIG)
-    if saved is None:
-        return None
-    source = config_lib.parse_yaml(saved, RunHome(out).path(RUN_CONFIG)).get("init_from")
-    if source:
-        print(f"note: {out} started from --init-from {source}; resuming from it",
-              file=sys.stderr)
-    return source or None
-
-
 def run_identity(cfg, family: ModelFamily, home, run_id: str | None):
     """Who this run is, as its checkpoint location records its owner."""
     return RunIdentity(run_id=run_id and run_id.strip(), model_name=cfg.model_name,
@@ -116,11 +102,10 @@ def build_engine(run: Run, build_model=None, force_resume: bool = False,
     family, cfg = run.family, run.config
     if backend == "xla":
         select_runtime(run.topology)
-    inherited = None if cfg.init_from or origin else saved_init_from(cfg.out)
-    if (cfg.init_from or inherited) and origin is None:
-        origin = starting_point(cfg.init_from or inherited, run.model_name)
-    if origin:  # the run's own (not inherited) was applied by resolve_run, tokenizer settled
-        cfg = origin.apply(cfg, tokenizer_chosen=not inherited)
+    if cfg.init_from and origin is None:
+        origin = starting_point(cfg.init_from, run.model_name)
+    if origin:  # resolve_run applied it, settling the tokenizer
+        cfg = origin.apply(cfg, tokenizer_chosen=True)
     run = run.with_config(run.task.resolve(cfg))
     cfg = run.config
     # First: a bucket out of reach fails in seconds. One probe per machine: processes of
