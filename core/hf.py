@@ -34,10 +34,11 @@ def local_dir(name_or_path: str) -> Path:
         ) from None
 
 
-def read_config(name_or_path: str, required: tuple[str, ...] = ()) -> dict:
+def read_config(name_or_path: str, required: tuple[str | tuple[str, ...], ...] = ()) -> dict:
     """config.json of a local folder or Hub model, as a dict; each of `required` (the keys
     a family's weights' shapes are read from, where transformers would otherwise fill in
-    its own default: an empty config.json is a 7B model) must be in it."""
+    its own default: an empty config.json is a 7B model; a tuple: names one key goes by)
+    must be in it."""
     folder = local_dir(name_or_path)
     if not (folder / "config.json").is_file():
         raise UserError(f"{folder} has no config.json: not a Hugging Face checkpoint directory")
@@ -47,7 +48,8 @@ def read_config(name_or_path: str, required: tuple[str, ...] = ()) -> dict:
         raise UserError(f"{folder}/config.json is damaged (not JSON: {error})") from None
     if not isinstance(config, dict):
         raise UserError(f"{folder}/config.json holds no model config")
-    missing = [key for key in required if key not in config]
+    alternatives = [(names,) if isinstance(names, str) else names for names in required]
+    missing = [names[0] for names in alternatives if not set(names) & set(config)]
     if missing:
         raise UserError(f"{folder}/config.json has no {', '.join(missing)}: the model's "
                         "architecture is read from it, never guessed; restore the folder's "

@@ -9,8 +9,9 @@ from zoo.common.hf_experts import GATE_UP_DOWN_EXPERTS, load_hf_experts
 from zoo.qwen3moe.config import Qwen3MoeConfig
 
 # the config.json keys its weights' shapes are read from (never transformers' defaults)
+# (transformers 5 writes num_experts as num_local_experts)
 REQUIRED = ("vocab_size", "hidden_size", "moe_intermediate_size", "num_hidden_layers",
-            "num_attention_heads", "num_key_value_heads", "head_dim", "num_experts",
+            "num_attention_heads", "num_key_value_heads", ("num_experts", "num_local_experts"),
             "num_experts_per_tok")
 
 
