@@ -9,6 +9,7 @@ import shutil
 import pytest
 import torch
 import transformers
+from safetensors.torch import save_file
 
 from core import runtime
 from core.errors import UserError
@@ -79,6 +80,7 @@ def test_a_model_name_of_another_size_is_refused_naming_both(tiny):
 def test_a_config_missing_an_architecture_key_is_refused_before_any_model(
         tmp_path, modules_built, raw, missing):
     (tmp_path / "config.json").write_text(json.dumps(raw))
+    save_file({"x.weight": torch.zeros(2)}, tmp_path / "model.safetensors")  # weights beside
     model = "llama-tiny" if not raw else None
     with pytest.raises(UserError, match=f"config.json has no {missing}: the model's "
                                         "architecture is read from it, never guessed"):

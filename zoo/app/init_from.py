@@ -105,18 +105,22 @@ def starting_point(source: str, model_name: str | None) -> StartingPoint:
 
 def kept_init_from(out: str | None) -> str | None:
     """The starting point of the run already in `out`, which a rerun there keeps without
-    being told (`zoo train MODEL --out RUN` resumes an --init-from run); said on stderr."""
+    being told (`zoo train MODEL --out RUN` resumes an --init-from run); said on stderr.
+    A local run folder only: `out` is not checked yet, and a URL's is not read before the
+    run's config is (a run folder in a bucket is rerun with its --init-from)."""
     from core.config import parse_yaml
     from core.store.run_folder import RUN_CONFIG
-    from core.store.run_home import RunHome
 
-    saved = RunHome(out).read(RUN_CONFIG) if out else None
-    tree = parse_yaml(saved, RunHome(out).path(RUN_CONFIG)) if saved else None
-    source = tree.get("init_from") if isinstance(tree, dict) else None
-    if source:
-        print(f"note: {out} started from --init-from {source}; resuming from it",
-              file=sys.stderr)
-    return source or None
+    saved = Path(out, RUN_CONFIG) if out and "://" not in out else None
+    try:
+        text = saved.read_text() if saved and saved.is_file() else None
+    except (OSError, UnicodeDecodeError):  # the resume check names what is wrong with it
+        text = None
+    source = parse_yaml(text, str(saved)).get("init_from") if text else None
+    if not (isinstance(source, str) and source):
+        return None
+    print(f"note: {out} started from --init-from {source}; resuming from it", file=sys.stderr)
+    return source
 
 
 def resolved_source(source: str) -> str:
