@@ -3,11 +3,13 @@ with a clear offline error), read its safetensors, load them into a model by exa
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
 
 from core.errors import UserError
@@ -32,8 +34,11 @@ def local_dir(name_or_path: str) -> Path:
         ) from None
 
 
-def read_config(name_or_path: str) -> dict:
-    """config.json of a local folder or Hub model, as a dict."""
+def read_config(name_or_path: str, required: tuple[str | tuple[str, ...], ...] = ()) -> dict:
+    """config.json of a local folder or Hub model, as a dict; each of `required` (the keys
+    a family's weights' shapes are read from, where transformers would otherwise fill in
+    its own default: an empty config.json is a 7B model; a tuple: names one key goes by)
+    must be in it."""
     folder = local_dir(name_or_path)
     if not (folder / "config.json").is_file():
         raise UserError(f"{folder} has no config.json: not a Hugging Face checkpoint directory")
@@ -43,6 +48,12 @@ def read_config(name_or_path: str) -> dict:
         raise UserError(f"{folder}/config.json is damaged (not JSON: {error})") from None
     if not isinstance(config, dict):
         raise UserError(f"{folder}/config.json holds no model config")
+    alternatives = [(names,) if isinstance(names, str) else names for names in required]
+    missing = [names[0] for names in alternatives if not set(names) & set(config)]
+    if missing:
+        raise UserError(f"{folder}/config.json has no {', '.join(missing)}: the model's "
+                        "architecture is read from it, never guessed; restore the folder's "
+                        "config.json")
     return config
 
 
@@ -68,14 +79,83 @@ def misfit(hf_class: str, hf_config, weights: dict[str, torch.Tensor]) -> str | 
                         required=set(dict(model.named_parameters())))
 
 
-def read_safetensors(folder: Path) -> dict[str, torch.Tensor]:
-    """All tensors of a (possibly sharded, indexed) safetensors checkpoint."""
+# Within `headers_only()`: read_safetensors gives meta tensors of the headers' shapes.
+_HEADERS_ONLY = contextvars.ContextVar("headers_only", default=False)
+SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16,
+                      "BF16": torch.bfloat16, "I64": torch.int64, "I32": torch.int32,
+                      "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+                      "BOOL": torch.bool, "F8_E4M3": torch.float8_e4m3fn,
+                      "F8_E5M2": torch.float8_e5m2}
+
+
+@contextlib.contextmanager
+def headers_only():
+    """Inside, `read_safetensors` reads each file's header alone and gives meta tensors of
+    its names, shapes and dtypes: a family's own loader run on a meta model checks that a
+    checkpoint fits it (names, shapes, its renames and stacking) without reading a byte of
+    its weights."""
+    token = _HEADERS_ONLY.set(True)
+    try:
+        yield
+    finally:
+        _HEADERS_ONLY.reset(token)
+
+
+def safetensors_header(file: Path) -> dict[str, dict]:
+    """{tensor name: {"dtype", "shape", "data_offsets"}} of a safetensors file, read from its
+    header alone; a file cut short (its tensors end past its size) or not safetensors is
+    refused in one line naming it."""
+    damaged = f"{file} is damaged (not a safetensors file); download it again"
+    size = file.stat().st_size
+    with open(file, "rb") as stream:
+        length = int.from_bytes(stream.read(8), "little") if size >= 8 else 0
+        if not 0 < length <= size - 8:
+            raise UserError(damaged)
+        try:
+            header = json.loads(stream.read(length))
+        except (ValueError, UnicodeDecodeError):
+            raise UserError(damaged) from None
+    if not isinstance(header, dict):
+        raise UserError(damaged)
+    header.pop("__metadata__", None)
+    try:
+        end = max((int(entry["data_offsets"][1]) for entry in header.values()), default=0)
+        for entry in header.values():
+            if entry["dtype"] not in SAFETENSORS_DTYPES or not all(
+                    isinstance(n, int) and n >= 0 for n in entry["shape"]):
+                raise UserError(damaged)
+    except (KeyError, TypeError, IndexError, ValueError):
+        raise UserError(damaged) from None
+    if size < 8 + length + end:
+        raise UserError(f"{file} is cut short ({size:,} of {8 + length + end:,} bytes); "
+                        "download it again")
+    return header
+
+
+def safetensors_headers(folder: Path) -> dict[Path, dict[str, dict]]:
+    """{file: its header} of every safetensors file of a checkpoint, each checked against
+    its size (`safetensors_header`); a folder with none is refused."""
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         raise UserError(f"{folder} has no *.safetensors weights")
+    return {file: safetensors_header(file) for file in files}
+
+
+def read_safetensors(folder: Path) -> dict[str, torch.Tensor]:
+    """All tensors of a (possibly sharded, indexed) safetensors checkpoint (meta tensors
+    inside `headers_only()`); every file's header is checked first."""
+    headers = safetensors_headers(folder)
     state = {}
-    for file in files:
-        state.update(load_file(file))
+    for file, header in headers.items():
+        if _HEADERS_ONLY.get():
+            state.update({name: torch.empty(entry["shape"], device="meta",
+                                            dtype=SAFETENSORS_DTYPES[entry["dtype"]])
+                          for name, entry in header.items()})
+            continue
+        try:
+            state.update(load_file(file))
+        except SafetensorError as error:
+            raise UserError(f"{file} is damaged ({error}); download it again") from None
     return state
 
 
@@ -83,8 +163,8 @@ def read_safetensor(folder: Path, name: str) -> torch.Tensor | None:
     """One tensor of a (possibly sharded) safetensors checkpoint, without reading the rest;
     None when no file holds it."""
     for file in sorted(folder.glob("*.safetensors")):
-        with safe_open(str(file), "pt") as tensors:
-            if name in tensors.keys():
+        if name in safetensors_header(file):
+            with safe_open(str(file), "pt") as tensors:
                 return tensors.get_tensor(name)
     return None
 

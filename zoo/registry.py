@@ -143,7 +143,9 @@ class ModelFamily(Generic[ModelConfig]):
 
     def build(self, config: ModelConfig, init: bool = True, seed: int = 0) -> torch.nn.Module:
         """The model for `config`, weights initialised from `seed` (or left as allocated:
-        under torch.device("meta") nothing is allocated at all)."""
+        under torch.device("meta") nothing is allocated at all). A model the host cannot
+        hold is refused before any of it is allocated (`check_host_memory`)."""
+        check_host_memory(self, config)
         model = self.model_cls(config)
         if init:
             model.init_weights(seed)
@@ -203,6 +205,33 @@ class ModelFamily(Generic[ModelConfig]):
         return SHARED_PRESETS / kind / self.shared_sharding if self.shared_sharding else None
 
 
+def check_host_memory(fam: ModelFamily[Any], config) -> None:
+    """Refuse, in one line with the figures, to build `config`'s model off the meta device
+    when its weights alone take more than the host's available memory: the kernel's OOM
+    killer ends such a build minutes later with no message (and may take another process
+    with it). Counted on the meta device, exactly and at no cost."""
+    import torch  # start-up
+
+    from core import runtime
+
+    if torch.get_default_device().type == "meta":
+        return
+    available = runtime.host_memory_available()
+    if available is None:
+        return
+    with torch.device("meta"):
+        model = fam.model_cls(config)
+    tensors = [*model.parameters(), *model.buffers()]
+    needed = sum(t.numel() * t.element_size() for t in tensors)
+    if needed > available:
+        count = sum(p.numel() for p in model.parameters())
+        raise UserError(f"a {fam.name} model of {count / 1e9:.2f}B parameters needs "
+                        f"{needed / 2**30:.1f} GiB of host memory to build "
+                        f"({tensors[0].dtype}), more than the {available / 2**30:.1f} GiB "
+                        "available here; check its config (or --init-from folder), or use a "
+                        "machine with more memory")
+
+
 def family(name: str) -> ModelFamily[Any]:
     return importlib.import_module(FAMILIES[name]).FAMILY
 
@@ -219,6 +248,14 @@ def variants_for(family_task: Task) -> dict[str, TaskVariant]:
 
 def model_names() -> list[str]:
     return [f"{fam}-{size}" for fam in FAMILIES for size in family(fam).sizes]
+
+
+def resolve_name(name: str) -> tuple[ModelFamily[Any], str | None]:
+    """`resolve`, and a family's name alone (size None): the name a run started from a
+    checkpoint of no zoo size records (its architecture is the checkpoint's)."""
+    if name in FAMILIES:
+        return family(name), None
+    return resolve(name)
 
 
 def resolve(model_name: str) -> tuple[ModelFamily[Any], str]:

@@ -9,6 +9,8 @@ however busy), and every existing file byte-for-byte unchanged.
 that has imported the CLI, torch and torch_xla (tests/support/forked_cli.py): the ~2 s of
 start-up imports every command would repeat are paid once."""
 
+import json
+
 import pytest
 
 from tests.support.runs import forked_zoo
@@ -43,6 +45,34 @@ FILES = {
     "sft_role.jsonl": '{"messages": [{"role": "bot", "content": "hi"}, '
                       '{"role": "assistant", "content": "x"}]}\n',
 }
+
+
+def safetensors_text(header: dict, data_bytes: int) -> str:
+    """A safetensors file as text (its header's length is under 128: every byte is ASCII),
+    holding `data_bytes` zero bytes of tensor data."""
+    text = json.dumps(header)
+    return "".join(map(chr, len(text).to_bytes(8, "little"))) + text + "\0" * data_bytes
+
+
+# --init-from folders: weights beside a config.json missing what the architecture is read
+# from, weights missing, cut short or garbage (refused before transformers is imported; a
+# model name of another size and weights of other shapes: tests/e2e/test_init_from.py)
+SMALL_LLAMA = json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+                          "vocab_size": 8, "hidden_size": 8, "intermediate_size": 16,
+                          "num_hidden_layers": 1, "num_attention_heads": 2,
+                          "num_key_value_heads": 1})
+ONE_TENSOR = {"x.weight": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}
+FILES.update({
+    "hf_empty/config.json": "{}\n",
+    "hf_empty/model.safetensors": safetensors_text(ONE_TENSOR, 8),
+    "hf_arch_only/config.json": '{"architectures": ["LlamaForCausalLM"]}\n',
+    "hf_arch_only/model.safetensors": safetensors_text(ONE_TENSOR, 8),
+    "hf_small/config.json": SMALL_LLAMA,
+    "hf_cut/config.json": SMALL_LLAMA,
+    "hf_cut/model.safetensors": safetensors_text(ONE_TENSOR, 4),
+    "hf_garbage/config.json": SMALL_LLAMA,
+    "hf_garbage/model.safetensors": "garbage, not safetensors\n",
+})
 ZONE = ["--zone", "us-central2-b", "--dry-run"]
 CASES = [
     # model names, config keys and values
@@ -311,6 +341,19 @@ CASES = [
     (["new-model", "tasks"], "model family name 'tasks' is already a zoo package or module"),
     (["new-model", "json"], "'json' is a Python standard-library module"),
     (["new-model", "class"], "'class' is a Python keyword"),
+    # --init-from: the starting point identified whole before anything is built
+    (["train", "llama-tiny", "--init-from", "{d}/hf_empty"],
+     "hf_empty/config.json has no vocab_size, hidden_size, intermediate_size, "
+     "num_hidden_layers, num_attention_heads: the model's architecture is read from it"),
+    (["train", "--init-from", "{d}/hf_empty"], "config.json names no architecture"),
+    (["train", "--init-from", "{d}/hf_arch_only", "task=sft"],
+     "hf_arch_only/config.json has no vocab_size"),
+    (["train", "--init-from", "{d}/hf_small"], "hf_small has no *.safetensors weights"),
+    (["train", "--init-from", "{d}/hf_cut"], "hf_cut/model.safetensors is cut short (80 of 84 "
+     "bytes); download it again"),
+    (["train", "--init-from", "{d}/hf_garbage"],
+     "hf_garbage/model.safetensors is damaged (not a safetensors file)"),
+    (["train", "llama"], "llama is a model family; name one of its sizes (llama-tiny, "),
 ]
 
 

@@ -1,8 +1,22 @@
-"""`zoo train --init-from X`: the weights a run starts from, resolved once. X is a zoo run
-folder or checkpoint (its newest weights), or a Hugging Face folder or Hub name (its
-safetensors). Either brings its architecture, and the tokenizer its weights were trained
-with, which the run then uses unless it names another (`data.tokenizer`): the token ids
-of pretrained weights mean nothing under another tokenizer.
+"""`zoo train --init-from X`: the weights a run starts from, identified whole once, before
+any model is built. X is a zoo run folder or checkpoint (its newest weights), or a Hugging
+Face folder or Hub name (its safetensors). Either brings:
+
+- its architecture: a Hugging Face folder's from its config.json (every key its weights'
+  shapes are read from present: nothing guessed from transformers' defaults), named by the
+  zoo size it equals, else by its family alone; a model name of another size is refused;
+- its weights, checked before any is read: each safetensors file's header against the
+  file's size (a file cut short) and, through the family's own loader on a meta model,
+  against the shapes the architecture implies;
+- its tokenizer: the run uses it unless it names another (`data.tokenizer`); a Hugging
+  Face folder without one is refused unless the run names one (the token ids of
+  pretrained weights mean nothing under another tokenizer);
+- its place: a local path is kept absolute, so the run's other commands (generate,
+  export, eval, a LoRA run's base) find it from any directory.
+
+The run's own `model.*` keys that say how the model runs (attention kernel, MoE dispatch,
+loss chunks, aux-loss weights: zoo/common/architecture.py) are honoured on top of that
+architecture; one that would change it is refused naming the folder's value.
 
     zoo train --init-from runs/llama-tiny task=sft        # the family is the run's
     zoo train --init-from ~/Qwen-like-llama task=sft      # the family from config.json
@@ -11,35 +25,57 @@ of pretrained weights mean nothing under another tokenizer.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from pathlib import Path
 
 from core.errors import UserError
-from core.hf import check_architecture, local_dir, read_config
-from zoo.registry import ModelFamily, family_for_hf_architecture, resolve
+from core.hf import check_architecture, headers_only, local_dir, read_config, safetensors_headers
+from zoo.common.architecture import changed_architecture, run_time_keys, with_architecture
+from zoo.registry import ModelFamily, family_for_hf_architecture, resolve_name
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
+SHOWN_DIFFERENCES = 3  # architecture keys a refusal names
 
 
 @dataclasses.dataclass(frozen=True)
 class StartingPoint:
     """Where the weights come from and what comes with them."""
 
-    source: str  # as the user gave it
+    source: str  # an absolute local path, a URL or a Hub name
     family: ModelFamily
     zoo_run: bool  # a zoo run or checkpoint, else a Hugging Face folder
-    model_name: str  # a zoo model name of that family (its architecture is `model`)
+    model_name: str  # the zoo size its architecture equals, else its family's name
     model: object  # the family's model config the weights fit
     tokenizer: str | None  # the tokenizer the weights were trained with, if known
 
-    def apply(self, config):
-        """The run config with the starting point's architecture and (unless the run names
-        another) its tokenizer."""
-        config = dataclasses.replace(config, model=self.model)
+    def apply(self, config, tokenizer_chosen: bool = False):
+        """The run config on this starting point: its architecture (the run's run-time
+        `model.*` keys kept), its name, its source as resolved, and its tokenizer unless
+        the run names another (`tokenizer_chosen`: the run gave `data.tokenizer`, maybe
+        the shipped `default`)."""
+        changes = {"model": with_architecture(config.model, self.model),
+                   "model_name": self.model_name, "init_from": self.source}
         data = getattr(config, "data", None)
-        if self.tokenizer and getattr(data, "tokenizer", None) == "default":
-            config = dataclasses.replace(
-                config, data=dataclasses.replace(data, tokenizer=self.tokenizer))
-        return config
+        if getattr(data, "tokenizer", None) == "default" and not tokenizer_chosen:
+            if self.tokenizer is None and not self.zoo_run:
+                raise UserError(
+                    f"--init-from {self.source} holds no tokenizer ({', '.join(TOKENIZER_FILES)})"
+                    ": its weights' token ids mean nothing under another; pass "
+                    "data.tokenizer=NAME_OR_FOLDER (the one they were trained with)")
+            if self.tokenizer:
+                changes["data"] = dataclasses.replace(data, tokenizer=self.tokenizer)
+        return dataclasses.replace(config, **changes)
+
+    def refuse_changed_architecture(self, model) -> None:
+        """One line when the run's `model` (its config's, overrides applied) changes the
+        architecture these weights fit."""
+        changed = changed_architecture(model, self.model)
+        if changed:
+            key, (given, held) = next(iter(changed.items()))
+            run_time = ", ".join(f"model.{k}" for k in sorted(run_time_keys(type(model))))
+            raise UserError(f"model.{key}={given} would change the architecture of --init-from "
+                            f"{self.source}, which holds {key}={held}: its weights fit that "
+                            f"only; drop it (what may be set: {run_time or 'none'})")
 
     def load(self, model, announce: bool = True) -> None:
         """The weights into `model` (built from `apply`'s config), by exact name; said on
@@ -58,14 +94,39 @@ class StartingPoint:
 
 
 def starting_point(source: str, model_name: str | None) -> StartingPoint:
-    """What `--init-from source` starts from; `model_name` (None: the source's own) must be
-    of the source's family."""
+    """What `--init-from source` starts from; `model_name` (None: the source's own) must
+    name it: its own name, or its family's alone."""
     found = _from_zoo_run(source) if _is_zoo_run(source) else _from_hf(source, model_name)
-    own = found.model_name if found.zoo_run else found.family.name
-    if model_name and own not in (model_name, model_name.partition("-")[0]):
-        raise UserError(f"--init-from {source} holds a {own} model, not {model_name}; name "
-                        "no model (the starting point's own) or its own")
+    if model_name and model_name not in (found.model_name, found.family.name):
+        raise UserError(f"--init-from {source} holds a {found.model_name} model, not "
+                        f"{model_name}; name no model (the starting point's own) or its own")
     return found
+
+
+def kept_init_from(out: str | None) -> str | None:
+    """The starting point of the run already in `out`, which a rerun there keeps without
+    being told (`zoo train MODEL --out RUN` resumes an --init-from run); said on stderr.
+    A local run folder only: `out` is not checked yet, and a URL's is not read before the
+    run's config is (a run folder in a bucket is rerun with its --init-from)."""
+    from core.config import parse_yaml
+    from core.store.run_folder import RUN_CONFIG
+
+    saved = Path(out, RUN_CONFIG) if out and "://" not in out else None
+    try:
+        text = saved.read_text() if saved and saved.is_file() else None
+    except (OSError, UnicodeDecodeError):  # the resume check names what is wrong with it
+        text = None
+    source = parse_yaml(text, str(saved)).get("init_from") if text else None
+    if not (isinstance(source, str) and source):
+        return None
+    print(f"note: {out} started from --init-from {source}; resuming from it", file=sys.stderr)
+    return source
+
+
+def resolved_source(source: str) -> str:
+    """A local path absolute (as `--init-from` is stored); a URL or Hub name as given."""
+    path = Path(source).expanduser()
+    return str(path.resolve()) if "://" not in source and path.exists() else source
 
 
 def _is_zoo_run(source: str) -> bool:
@@ -79,18 +140,20 @@ def _from_zoo_run(source: str) -> StartingPoint:
 
     run = load_run(source)[0]
     tokenizer = getattr(getattr(run.config, "data", None), "tokenizer", None)
-    return StartingPoint(source, run.family, True, run.model_name, run.config.model, tokenizer)
+    return StartingPoint(resolved_source(source), run.family, True, run.model_name,
+                         run.config.model, tokenizer)
 
 
 def _from_hf(source: str, model_name: str | None) -> StartingPoint:
     """The family is the named model's (whose class the folder must hold), else the one
-    whose class config.json names."""
+    whose class config.json names; the size is the one the folder's architecture equals."""
     if source.startswith((".", "/", "~")) and not Path(source).expanduser().exists():
         raise UserError(f"--init-from {source}: no such folder; give a zoo run folder or "
                         "checkpoint, or a Hugging Face folder or Hub name")
+    source = resolved_source(source)
     architectures = read_config(source).get("architectures") or []
     if model_name:
-        family = resolve(model_name)[0]
+        family = resolve_name(model_name)[0]
     elif architectures:
         family = family_for_hf_architecture(architectures[0])
     else:
@@ -100,10 +163,42 @@ def _from_hf(source: str, model_name: str | None) -> StartingPoint:
         raise UserError(f"{family.name} cannot load Hugging Face checkpoints (--init-from)")
     check_architecture(source, family.hf_class)
     folder = local_dir(source)
+    safetensors_headers(folder)  # files cut short or damaged: before transformers is read
+    try:
+        model = family.config_from_hf(source)
+    except (ValueError, TypeError) as error:
+        raise UserError(f"--init-from {source}: config.json {error}") from None
+    size = next((size for size, config in family.sizes.items()
+                 if not changed_architecture(model, config)), None)
+    own = f"{family.name}-{size}" if size else family.name
+    if model_name and model_name not in (own, family.name):
+        raise UserError(f"--init-from {source} holds a {family.name} of "
+                        f"{_differences(model, resolve_name(model_name)[0], model_name)}; name "
+                        f"{own} or no model (the folder's own)")
+    _check_weights(family, model, source)
     tokenizer = str(folder) if any((folder / f).is_file() for f in TOKENIZER_FILES) else None
-    # a name for the run (the architecture is config.json's): the one given, else a size's
-    name = model_name or f"{family.name}-{next(iter(family.sizes))}"
-    return StartingPoint(source, family, False, name, family.config_from_hf(source), tokenizer)
+    return StartingPoint(source, family, False, own, model, tokenizer)
+
+
+def _differences(model, family: ModelFamily, name: str) -> str:
+    """'hidden_size 64, num_hidden_layers 2, not qwen3-0.6b (1024, 28)': how `model`'s
+    architecture differs from size `name`'s."""
+    named = family.sizes[resolve_name(name)[1]]
+    changed = list(changed_architecture(model, named).items())[:SHOWN_DIFFERENCES]
+    ours = ", ".join(f"{key} {value}" for key, (value, _) in changed)
+    theirs = ", ".join(f"{key} {value}" for key, (_, value) in changed)
+    return f"{ours}, not {name} ({theirs})"
+
+
+def _check_weights(family: ModelFamily, model, source: str) -> None:
+    """The folder's safetensors headers against its files' sizes and, through the family's
+    loader on a meta model, against the shapes `model` implies; no weight is read."""
+    import torch  # start-up
+
+    with torch.device("meta"):
+        meta = family.build(model, init=False)
+    with headers_only():
+        family.load_hf(meta, source)
 
 
 def default_out(source: str, task: str | None) -> str:

@@ -12,13 +12,14 @@ import dataclasses
 from core import config as config_lib
 from core import lora
 from core import topology as topology_lib
+from core.errors import UserError
 from core.flops import train_flops
 from core.mesh import for_slices, resolve_axis_sizes
 from core.remat import RematConfig
 from core.run_config import slice_defaults
 from core.sharding import ShardingRules
 from core.task import Task
-from zoo.registry import ModelFamily, resolve
+from zoo.registry import ModelFamily, resolve_name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,12 +91,26 @@ class Run:
         return dataclasses.replace(self, config=config)
 
 
-def resolve_run(model_name: str, overrides: list[str], config_files=()) -> Run:
-    """The run `zoo train MODEL --config F... KEY=VALUE...` describes."""
-    family, size = resolve(model_name)
+def resolve_run(model_name: str, overrides: list[str], config_files=(),
+                saved: bool = False) -> Run:
+    """The run `zoo train MODEL --config F... KEY=VALUE...` describes. With `init_from`
+    given, the starting point is identified first (zoo/app/init_from.py) and its
+    architecture is the model's: the run's `model.*` keys may say how it runs, not change
+    it. `saved`: the config files are a saved run's, whose `model` is whole and whose
+    starting point is not read again (it may be gone: a tuned run stands on its own)."""
+    family, size = resolve_name(model_name)
     task = family.task_named(config_lib.given_value("task", config_files, overrides))
-    config = config_lib.load(run_schema(family, size, task), files=config_files,
+    start = None if saved else _starting_point(model_name, config_files, overrides)
+    if size is None and not (start or saved):
+        raise UserError(f"{model_name} is a model family; name one of its sizes "
+                        f"({', '.join(f'{model_name}-{s}' for s in family.sizes)}), or start "
+                        "from a checkpoint of it (--init-from)")
+    model = start.model if start else None if size else family.config_cls()
+    config = config_lib.load(run_schema(family, size, task, model), files=config_files,
                              overrides=[f"model_name={model_name}", *overrides])
+    if start:
+        start.refuse_changed_architecture(config.model)
+        config = start.apply(config, _gives("data.tokenizer", config_files, overrides))
     topology = topology_lib.parse(config.tpu)
     config.mesh = for_slices(config.mesh, topology)
     mesh = resolve_axis_sizes(config.mesh, topology.devices)
@@ -108,10 +123,29 @@ def resolve_run(model_name: str, overrides: list[str], config_files=()) -> Run:
     return Run(family, task, config, topology, rules, remat, mesh)
 
 
-def run_schema(family: ModelFamily, size: str, task: Task):
-    """The run's config schema: the task's config plus the family's architecture and the
-    task's name (saved with the run, so a resumed or exported run reads it back)."""
-    default = family.sizes[size]
+def _starting_point(model_name: str, config_files, overrides):
+    """The run's `init_from`, identified: the one given, else the one of the run already in
+    its `out` (a rerun there resumes it without being told again); None: a random start."""
+    from zoo.app.init_from import kept_init_from, starting_point  # a saved run's readers
+
+    source = (config_lib.given_value("init_from", config_files, overrides)
+              or kept_init_from(config_lib.given_value("out", config_files, overrides)))
+    return starting_point(source, model_name) if source else None
+
+
+def _gives(key: str, files, overrides) -> bool:
+    """Whether the user gave dotted `key` (an override, or in a YAML file)."""
+    from omegaconf import OmegaConf  # the config system's own reader
+
+    return (any(o.partition("=")[0] == key for o in overrides)
+            or any(OmegaConf.select(config_lib._read_yaml(f), key) is not None for f in files))
+
+
+def run_schema(family: ModelFamily, size: str | None, task: Task, model=None):
+    """The run's config schema: the task's config plus the family's architecture (`size`'s,
+    or `model`: a starting point's) and the task's name (saved with the run, so a resumed
+    or exported run reads it back)."""
+    default = family.sizes[size] if model is None else model
     return dataclasses.make_dataclass(
         f"{family.name.title()}RunConfig",
         [

@@ -32,7 +32,7 @@ def load_run(path: str | Path) -> tuple[Run, RunHome]:
     model_name = parse_yaml(saved[1], saved[0]).get("model_name")
     if not isinstance(model_name, str):
         raise UserError(f"{saved[0]} names no model (model_name); it is not a zoo run config")
-    run = resolve_run(model_name, [], [saved])
+    run = resolve_run(model_name, [], [saved], saved=True)
     if run_dir:  # the folder given, not the `out` saved in it: a copied run reads its own
         run = run.with_config(dataclasses.replace(run.config, out=run_dir))
     return run, RunHome(run.config.out)

@@ -22,7 +22,7 @@ from core.store.lease import RunIdentity, check_owner, leased
 from core.store.location import Store
 from core.store.run_folder import CHECKPOINTS, LOCATION_CONFIG, RUN_CONFIG, RUN_ID, RunFolder
 from core.store.run_home import RunHome
-from zoo.app.init_from import StartingPoint, starting_point
+from zoo.app.init_from import StartingPoint, resolved_source, starting_point
 from zoo.app.run import Run
 from zoo.registry import ModelFamily
 
@@ -70,6 +70,8 @@ def check_resumable(cfg) -> None:
                 "new location first, or use a new --out")
         if not saved_steps:
             return
+    if saved.get("init_from"):  # stored as typed before it was stored absolute
+        saved["init_from"] = resolved_source(saved["init_from"])
     may_change = resumable(type(cfg))
     changed = {key: values for key, values in
                config_lib.changed_keys(saved, yaml.safe_load(config_lib.to_yaml(cfg))).items()
@@ -102,8 +104,8 @@ def build_engine(run: Run, build_model=None, force_resume: bool = False,
         select_runtime(run.topology)
     if cfg.init_from and origin is None:
         origin = starting_point(cfg.init_from, run.model_name)
-    if origin:
-        cfg = origin.apply(cfg)
+    if origin:  # resolve_run applied it, settling the tokenizer
+        cfg = origin.apply(cfg, tokenizer_chosen=True)
     run = run.with_config(run.task.resolve(cfg))
     cfg = run.config
     # First: a bucket out of reach fails in seconds. One probe per machine: processes of

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 from core.config import check_sizes
+from zoo.common.architecture import run_time
 
 
 @dataclasses.dataclass
@@ -33,19 +34,22 @@ class DecoderConfig:
     rope_scaling: RopeScaling | None = None
     max_position_embeddings: int = 8192
     tie_word_embeddings: bool = False
-    initializer_range: float = 0.02
+    initializer_range: float = run_time(0.02)  # a random start's; a checkpoint brings its own
+    # How the model runs, not what its weights are (zoo/common/architecture.py): a run
+    # started from a checkpoint (`--init-from`) takes these from the user, the rest from it.
     # "auto": Pallas flash attention on TPU, plain softmax attention elsewhere or when the
     # sequence is split over devices (the kernel splits batch and heads only), decided when
     # the run is built (family.for_slice); a model built from "auto" directly runs plain.
-    attention: str = "auto"
+    attention: str = run_time("auto")
     # Positions per sequence whose logits the training loss holds at once: a longer
     # sequence's loss runs in chunks, each recomputed in backward. 0 (default): never chunk.
     # Off because it did not pay where measured: llama-8b on v5p-128 at 128 x 8192 went from
     # 19.4 to 26.1 GiB per chip (each chunk all-reduces a whole LM-head gradient).
-    loss_chunk_tokens: int = 0
-    bos_token_id: int | None = None
-    eos_token_id: int | None = None
-    pad_token_id: int | None = None
+    loss_chunk_tokens: int = run_time(0)
+    # the tokenizer's (the LM tasks fill them from it), not the weights'
+    bos_token_id: int | None = run_time(None)
+    eos_token_id: int | None = run_time(None)
+    pad_token_id: int | None = run_time(None)
 
     def __post_init__(self):
         check_sizes(self, counts=("vocab_size", "hidden_size", "intermediate_size",
@@ -79,6 +83,10 @@ class DecoderConfig:
         return self.head_dim or self.hidden_size // self.num_attention_heads
 
 
+# The config.json keys a decoder's weights' shapes are read from, which transformers would
+# otherwise fill with its own defaults (a family adds its own: core.hf.read_config).
+HF_REQUIRED = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+               "num_attention_heads")
 # Fields with the same name and meaning in transformers' LlamaConfig (and the configs copied
 # from it); the rest are converted.
 HF_SAME_NAMES = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",

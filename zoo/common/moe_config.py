@@ -7,6 +7,7 @@ import dataclasses
 import math
 
 from core.config import check_sizes
+from zoo.common.architecture import run_time
 from zoo.common.decoder_config import DecoderConfig
 
 DISPATCHES = ("capacity", "dense")
@@ -21,15 +22,15 @@ class MoeConfig(DecoderConfig):
     # the chosen experts' router probabilities renormalised to sum to 1 (Mixtral always;
     # Qwen3-MoE's norm_topk_prob)
     norm_topk_prob: bool = True
-    router_aux_loss_coef: float = 0.001  # weight of the load-balancing loss in training
+    router_aux_loss_coef: float = run_time(0.001)  # weight of the load-balancing loss in training
     # How tokens reach experts, with static shapes either way:
     #   capacity: each expert takes at most capacity_factor x its fair share of a sequence's
     #     tokens (GShard); the rest are dropped (they skip the MoE, the residual carries them)
     #   dense: every expert runs on every token, weighted by the router (dropless, E/k x FLOPs)
     # A model in eval mode (`model.eval()`: generation, export checks) always runs dense,
     # dropping nothing, as transformers' Mixtral does.
-    dispatch: str = "capacity"
-    capacity_factor: float = 1.0
+    dispatch: str = run_time("capacity")
+    capacity_factor: float = run_time(1.0)
 
     def __post_init__(self):
         super().__post_init__()

@@ -9,6 +9,7 @@ import dataclasses
 import math
 
 from core.config import check_sizes, same_named
+from zoo.common.architecture import run_time
 from zoo.common.decoder_config import eos_from_hf
 from zoo.common.moe_config import MoeConfig
 
@@ -39,7 +40,7 @@ class DeepseekV3Config(MoeConfig):
     # after each update every routed layer's bias moves by bias_update_rate toward an even
     # load (the paper's gamma; 0 holds the bias, as MaxText's default does)
     router_aux_loss_coef: float = 0.0
-    bias_update_rate: float = 0.001
+    bias_update_rate: float = run_time(0.001)
     q_lora_rank: int = 32  # 0: queries projected directly (the lite shape)
     kv_lora_rank: int = 32
     qk_nope_head_dim: int = 32

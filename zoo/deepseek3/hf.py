@@ -14,15 +14,20 @@ from zoo.common.hf_experts import GATE_UP_DOWN_EXPERTS, stack_experts
 from zoo.deepseek3.config import DeepseekV3Config
 
 LAYER = re.compile(r"model\.layers\.(\d+)\.")
+# the config.json keys its weights' shapes are read from (never transformers' defaults)
+REQUIRED = ("vocab_size", "hidden_size", "intermediate_size", "moe_intermediate_size",
+            "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "n_routed_experts",
+            "num_experts_per_tok", "n_shared_experts", "first_k_dense_replace", "q_lora_rank",
+            "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 
 
 def config_from_hf(name_or_path: str) -> DeepseekV3Config:
-    from transformers import DeepseekV3Config as HFDeepseekV3Config  # transformers
-
-    raw = read_config(name_or_path)
+    raw = read_config(name_or_path, REQUIRED)
     if raw.get("quantization_config"):
         raise UserError(f"{name_or_path} holds {raw['quantization_config'].get('quant_method')} "
                         "weights; convert them to bf16 first (DeepSeek's fp8_cast_bf16.py)")
+    from transformers import DeepseekV3Config as HFDeepseekV3Config  # transformers
+
     return DeepseekV3Config.from_hf(HFDeepseekV3Config.from_dict(raw))
 
 

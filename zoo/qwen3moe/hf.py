@@ -8,11 +8,18 @@ from core.hf import read_config
 from zoo.common.hf_experts import GATE_UP_DOWN_EXPERTS, load_hf_experts
 from zoo.qwen3moe.config import Qwen3MoeConfig
 
+# the config.json keys its weights' shapes are read from (never transformers' defaults)
+# (transformers 5 writes num_experts as num_local_experts)
+REQUIRED = ("vocab_size", "hidden_size", "moe_intermediate_size", "num_hidden_layers",
+            "num_attention_heads", "num_key_value_heads", ("num_experts", "num_local_experts"),
+            "num_experts_per_tok")
+
 
 def config_from_hf(name_or_path: str) -> Qwen3MoeConfig:
+    raw = read_config(name_or_path, REQUIRED)
     from transformers import Qwen3MoeConfig as HFQwen3MoeConfig  # transformers
 
-    return Qwen3MoeConfig.from_hf(HFQwen3MoeConfig.from_dict(read_config(name_or_path)))
+    return Qwen3MoeConfig.from_hf(HFQwen3MoeConfig.from_dict(raw))
 
 
 def load_hf(model, name_or_path: str) -> None:

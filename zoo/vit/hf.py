@@ -20,12 +20,16 @@ LEGACY_NAMES = (
     (r"\.intermediate\.dense\.", ".mlp.fc1."),
     (r"\.output\.dense\.", ".mlp.fc2."),
 )
+# the config.json keys its weights' shapes are read from (never transformers' defaults)
+REQUIRED = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+            "image_size", "patch_size")
 
 
 def config_from_hf(name_or_path: str) -> ViTConfig:
+    raw = read_config(name_or_path, REQUIRED)
     from transformers import ViTConfig as HFViTConfig  # transformers
 
-    return ViTConfig.from_hf(HFViTConfig.from_dict(read_config(name_or_path)))
+    return ViTConfig.from_hf(HFViTConfig.from_dict(raw))
 
 
 def current_name(name: str) -> str:
