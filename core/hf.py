@@ -13,7 +13,11 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
 
 from core.errors import UserError
+from core.json_file import read_json_object
 from core.store.checkpoint_reader import first_misfit
+
+VOCABULARY_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")  # one is enough
+TOKENIZER_REMEDY = "save the tokenizer there again (tokenizer.save_pretrained(folder))"
 
 
 def local_dir(name_or_path: str) -> Path:
@@ -106,15 +110,18 @@ def safetensors_header(file: Path) -> dict[str, dict]:
     header alone; a file cut short (its tensors end past its size) or not safetensors is
     refused in one line naming it."""
     damaged = f"{file} is damaged (not a safetensors file); download it again"
-    size = file.stat().st_size
-    with open(file, "rb") as stream:
-        length = int.from_bytes(stream.read(8), "little") if size >= 8 else 0
-        if not 0 < length <= size - 8:
-            raise UserError(damaged)
-        try:
+    try:
+        size = file.stat().st_size
+        with open(file, "rb") as stream:
+            length = int.from_bytes(stream.read(8), "little") if size >= 8 else 0
+            if not 0 < length <= size - 8:
+                raise UserError(damaged)
             header = json.loads(stream.read(length))
-        except (ValueError, UnicodeDecodeError):
-            raise UserError(damaged) from None
+    except (ValueError, UnicodeDecodeError):
+        raise UserError(damaged) from None
+    except OSError as error:  # a folder in its place, a symlink loop, no permission
+        raise UserError(f"{file} cannot be read ({error.strerror}); download it "
+                        "again") from None
     if not isinstance(header, dict):
         raise UserError(damaged)
     header.pop("__metadata__", None)
@@ -139,6 +146,26 @@ def safetensors_headers(folder: Path) -> dict[Path, dict[str, dict]]:
     if not files:
         raise UserError(f"{folder} has no *.safetensors weights")
     return {file: safetensors_header(file) for file in files}
+
+
+def check_weights(folder: Path) -> None:
+    """Every *.safetensors file in `folder` whole (its header against its size), before a
+    model is built from it or lm-eval loads it."""
+    for file in sorted(folder.glob("*.safetensors")):
+        safetensors_header(file)
+
+
+def check_tokenizer(folder: Path) -> None:
+    """A tokenizer folder's JSON files parse as objects, and one with a
+    tokenizer_config.json holds a vocabulary: transformers would otherwise fail deep inside,
+    with a traceback or advice to install sentencepiece."""
+    for name in ("tokenizer_config.json", "tokenizer.json"):
+        if (folder / name).exists() or (folder / name).is_symlink():
+            read_json_object(folder / name, TOKENIZER_REMEDY)
+    if (folder / "tokenizer_config.json").is_file() and not any(
+            (folder / name).is_file() for name in VOCABULARY_FILES):
+        raise UserError(f"{folder} has no tokenizer.json (nor tokenizer.model, vocab.json): "
+                        f"its tokenizer is incomplete; {TOKENIZER_REMEDY}")
 
 
 def read_safetensors(folder: Path) -> dict[str, torch.Tensor]:

@@ -17,13 +17,12 @@ import subprocess
 from pathlib import Path
 
 from core.errors import UserError
-from core.hf import read_config
+from core.hf import TOKENIZER_REMEDY, check_tokenizer, check_weights, read_config
 from core.json_file import read_json_object
 from core.store.location import local_folder
 from core.store.run_folder import WANDB_ID
 from core.table import format_table
 from eval.export import adapter_base, tokenizer_folder
-from eval.model_folder import TOKENIZER_REMEDY, check_tokenizer, check_weights
 from eval.tasks_check import generating_tasks, resolve_tasks
 
 RESULTS_FILE = "eval_results.json"

@@ -100,13 +100,19 @@ def _is_checkpoint(folder: Store) -> bool:
     return any(folder.exists(name) for name in (WEIGHTS_FILE, ".metadata", MANIFEST))
 
 
-def _read_weights(folder: Store) -> dict[str, torch.Tensor]:
-    """The consolidated file when there is one; otherwise the `model.` entries of the DCP
-    shards, assembled into full tensors on the host (optimizer state is not read)."""
+def check_whole(folder: Store) -> None:
+    """Refused in one line unless `folder` holds every file its manifest lists, at its size:
+    checked before its weights are read, or before anything is built to receive them."""
     problem = damage(folder)
     if problem is not None:
         raise CheckpointError(f"checkpoint {folder} is damaged: {problem}; use an older "
                               "checkpoint of the run (checkpoints/step-N)")
+
+
+def _read_weights(folder: Store) -> dict[str, torch.Tensor]:
+    """The consolidated file when there is one; otherwise the `model.` entries of the DCP
+    shards, assembled into full tensors on the host (optimizer state is not read)."""
+    check_whole(folder)
     if folder.exists(WEIGHTS_FILE):
         return safetensors.torch.load(folder.read_bytes(WEIGHTS_FILE))
     import torch.distributed.checkpoint as dcp  # start-up

@@ -190,19 +190,6 @@ INNER_DAMAGE = (missing, folder_for_file, empty, cut_short, garbage, wrong_json,
 OUT_FOLDER_DAMAGE = (under_file, file_for_folder, unreadable, symlink_loop)
 OUT_FILE_DAMAGE = (under_file, unreadable, symlink_loop)
 
-# cases that fail because of code another part of issue 62 owns: file (why) -> the case ids
-FIXED_ELSEWHERE = {
-    "zoo/app/init_from.py (the starting point's checkpoint, weights and tokenizer are read "
-    "after the run's own settings are checked: item 1 identifies it whole first)": {
-        f"train-init_from-{content}-{file.rsplit('/', 1)[-1]}-{damage.__name__}"
-        for content, files in (("run", RUN_FILES[1:]), ("hf", HF_FILES[1:]))
-        for file in files for damage in INNER_DAMAGE},
-    "zoo/app/saved_run.py (is_saved_run takes a config.yaml it cannot read for no run, "
-    "and the folder is then read as a Hugging Face one)": {
-        "train-init_from-run-config.yaml-garbage"},
-}
-
-
 @dataclass
 class Case:
     id: str
@@ -379,14 +366,7 @@ def case_ids() -> list[str]:
         return [c.id for c in build_cases(Path(scratch) / "cases", base / "run", base / "hf")]
 
 
-def marks(case_id: str) -> list:
-    for file, ids in FIXED_ELSEWHERE.items():
-        if case_id in ids:
-            return [pytest.mark.xfail(reason=f"fixed in {file}", strict=False)]
-    return []
-
-
-@pytest.mark.parametrize("case_id", [pytest.param(i, marks=marks(i)) for i in case_ids()])
+@pytest.mark.parametrize("case_id", case_ids())
 def test_damage_gives_one_line(matrix, case_id):
     answers, changed, root = matrix
     if case_id not in answers:

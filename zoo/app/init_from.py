@@ -29,11 +29,20 @@ import sys
 from pathlib import Path
 
 from core.errors import UserError
-from core.hf import check_architecture, headers_only, local_dir, read_config, safetensors_headers
+from core.hf import (
+    TOKENIZER_REMEDY,
+    VOCABULARY_FILES,
+    check_architecture,
+    check_tokenizer,
+    headers_only,
+    local_dir,
+    read_config,
+    safetensors_headers,
+)
 from zoo.common.architecture import changed_architecture, run_time_keys, with_architecture
 from zoo.registry import ModelFamily, family_for_hf_architecture, resolve_name
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
+TOKENIZER_FILES = ("tokenizer_config.json", *VOCABULARY_FILES)
 SHOWN_DIFFERENCES = 3  # architecture keys a refusal names
 
 
@@ -136,9 +145,13 @@ def _is_zoo_run(source: str) -> bool:
 
 
 def _from_zoo_run(source: str) -> StartingPoint:
-    from zoo.app.saved_run import load_run
+    """The run's architecture and tokenizer, once its newest checkpoint is known whole."""
+    from core.store.checkpoint_reader import check_whole
+    from core.store.location import Store
+    from zoo.app.saved_run import checkpoint_of, load_run
 
     run = load_run(source)[0]
+    check_whole(Store(checkpoint_of(source)))
     tokenizer = getattr(getattr(run.config, "data", None), "tokenizer", None)
     return StartingPoint(resolved_source(source), run.family, True, run.model_name,
                          run.config.model, tokenizer)
@@ -176,8 +189,20 @@ def _from_hf(source: str, model_name: str | None) -> StartingPoint:
                         f"{_differences(model, resolve_name(model_name)[0], model_name)}; name "
                         f"{own} or no model (the folder's own)")
     _check_weights(family, model, source)
-    tokenizer = str(folder) if any((folder / f).is_file() for f in TOKENIZER_FILES) else None
-    return StartingPoint(source, family, False, own, model, tokenizer)
+    return StartingPoint(source, family, False, own, model, _tokenizer(folder))
+
+
+def _tokenizer(folder: Path) -> str | None:
+    """The folder's tokenizer, checked whole (its JSON files, a vocabulary and its
+    tokenizer_config.json); None when it holds none."""
+    if not any((folder / name).exists() or (folder / name).is_symlink()
+               for name in TOKENIZER_FILES):
+        return None
+    check_tokenizer(folder)
+    if not (folder / "tokenizer_config.json").is_file():
+        raise UserError(f"{folder} has no tokenizer_config.json: its tokenizer is incomplete; "
+                        f"{TOKENIZER_REMEDY}")
+    return str(folder)
 
 
 def _differences(model, family: ModelFamily, name: str) -> str:

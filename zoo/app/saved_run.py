@@ -10,6 +10,7 @@ from pathlib import Path
 
 from core.config import parse_yaml
 from core.errors import UserError
+from core.json_file import DamagedFile
 from core.store.checkpoint_reader import complete_steps, load_checkpoint
 from core.store.location import Store, answered, reason
 from core.store.manifest import is_committed
@@ -86,11 +87,14 @@ def refuse_misfit(checkpoint: str, problem: str | None) -> None:
 
 def is_saved_run(path: str) -> bool:
     """Whether `path` is a run folder, a checkpoint location or a checkpoint in either (a
-    URL always counts: a Hugging Face Hub name has none)."""
+    URL always counts: a Hugging Face Hub name has none). A run config that is there but
+    damaged makes it one (and is refused when read), not a Hugging Face folder."""
     if "://" in path:
         return True
     try:
         _saved_config(path)
+    except DamagedFile:
+        return True
     except UserError:
         return False
     return True
