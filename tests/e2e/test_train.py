@@ -101,9 +101,10 @@ def assert_goodput_counts_the_restart(out: Path, printed: str, rerun_seconds: fl
     restart = rerun["seconds"]
     assert restart["training_prep"] > 0 and restart["program_startup"] > 0
     assert restart["unproductive_checkpoint_restore_time"] > 0
-    # the rerun's process, timed from outside, is its attempt: from its creation to the
-    # heartbeat at exit, after which only the runtime's teardown runs (~2 s on XLA:CPU)
-    assert 0 < rerun_seconds - rerun["wall_s"] < 0.02 * rerun_seconds + 5
+    # the rerun's attempt lies inside its process's life, timed from outside (from the
+    # process's creation: its start-up is counted above; no bound on the teardown after the
+    # heartbeat at exit, which a busy machine stretches)
+    assert 0 < rerun["wall_s"] <= rerun_seconds
     assert restart["other"] < 0.1 * rerun["wall_s"], restart  # measured, not left over
     assert sum(summary["seconds"].values()) == pytest.approx(summary["wall_s"], rel=0.02)
     assert f"{summary['lost_steps']} step(s) done again" in printed
