@@ -46,9 +46,9 @@ class TrainRequest:
                             "--tpu and --on are the xla backend's")
         if self.node and not self.tpu:
             raise UserError("--on needs --tpu TYPE: the slice type NAME must be")
-        if not self.model and not self.init_from:
-            raise UserError("name a model (see `zoo models`), or start from one with "
-                            "--init-from RUN_OR_HF_FOLDER")
+        if not self.model and not self.init_from and not self.out:
+            raise UserError("name a model (see `zoo models`), start from one with "
+                            "--init-from RUN_OR_HF_FOLDER, or rerun a run with --out RUN")
         if not self.model and self.node:
             raise UserError("with --on, name the model too: the starting point (--init-from) "
                             "is read on the TPU VM, not here")
@@ -85,12 +85,16 @@ def _train_here(request: TrainRequest, echo: Callable[[str], object]) -> None:
     from core import goodput
     from core.config import given_value
     from zoo.app.generate import sample_after_training
-    from zoo.app.init_from import default_out, starting_point
+    from zoo.app.init_from import default_out, kept_setting, starting_point
     from zoo.app.run import resolve_run
     from zoo.app.train import describe_summary, train
 
     start = starting_point(request.init_from, request.model) if request.init_from else None
-    model = request.model or start.model_name
+    model = request.model or (start.model_name if start else kept_setting(request.out,
+                                                                          "model_name"))
+    if model is None:
+        raise UserError(f"--out {request.out} holds no run to rerun (no config.yaml naming "
+                        "its model); name a model (see `zoo models`) or --init-from")
     task = given_value("task", request.config_files, request.overrides)
     out = request.out or (f"runs/{model}" if request.model else
                           default_out(request.init_from, task))

@@ -231,7 +231,8 @@ CASES = [
     (["topology", "nope"], "unknown slice type 'nope'"),
     # run folders and checkpoints
     # command-line usage
-    (["train"], "name a model (see `zoo models`), or start from one with --init-from"),
+    (["train"], "name a model (see `zoo models`), start from one with --init-from"),
+    (["train", "--out", "{d}/empty"], "--out {d}/empty holds no run to rerun"),
     (["generate", "{d}/run", "--prompt", "hi", "--max-new-tokens", "abc"],
      "'abc' is not a valid integer range. (see zoo generate --help)"),
     (["nosuchcommand"], "No such command 'nosuchcommand'. (see zoo --help)"),

@@ -114,9 +114,18 @@ def starting_point(source: str, model_name: str | None) -> StartingPoint:
 
 def kept_init_from(out: str | None) -> str | None:
     """The starting point of the run already in `out`, which a rerun there keeps without
-    being told (`zoo train MODEL --out RUN` resumes an --init-from run); said on stderr.
-    A local run folder only: `out` is not checked yet, and a URL's is not read before the
-    run's config is (a run folder in a bucket is rerun with its --init-from)."""
+    being told (`zoo train --out RUN` resumes an --init-from run); said on stderr."""
+    source = kept_setting(out, "init_from")
+    if source:
+        print(f"note: {out} started from --init-from {source}; resuming from it",
+              file=sys.stderr)
+    return source
+
+
+def kept_setting(out: str | None, key: str) -> str | None:
+    """A top-level string setting of the run already in `out` (None: no run there, or not
+    set). A local run folder only: `out` is not checked yet, and a URL's is not read before
+    the run's config is (a run folder in a bucket is rerun with its model and --init-from)."""
     from core.config import parse_yaml
     from core.store.run_folder import RUN_CONFIG
 
@@ -125,11 +134,8 @@ def kept_init_from(out: str | None) -> str | None:
         text = saved.read_text() if saved and saved.is_file() else None
     except (OSError, UnicodeDecodeError):  # the resume check names what is wrong with it
         text = None
-    source = parse_yaml(text, str(saved)).get("init_from") if text else None
-    if not (isinstance(source, str) and source):
-        return None
-    print(f"note: {out} started from --init-from {source}; resuming from it", file=sys.stderr)
-    return source
+    value = parse_yaml(text, str(saved)).get(key) if text else None
+    return value if isinstance(value, str) and value else None
 
 
 def resolved_source(source: str) -> str:
