@@ -149,10 +149,19 @@ def safetensors_headers(folder: Path) -> dict[Path, dict[str, dict]]:
 
 
 def check_weights(folder: Path) -> None:
-    """Every *.safetensors file in `folder` whole (its header against its size), before a
-    model is built from it or lm-eval loads it."""
-    for file in sorted(folder.glob("*.safetensors")):
+    """Every *.safetensors file in `folder` whole (its header against its size), and all of
+    them within the host's available memory, before a model is built from them or lm-eval
+    loads them: the kernel's OOM killer would end the load with no message."""
+    from core import runtime
+
+    files = sorted(folder.glob("*.safetensors"))
+    for file in files:
         safetensors_header(file)
+    needed, available = sum(f.stat().st_size for f in files), runtime.host_memory_available()
+    if available is not None and needed > available:
+        raise UserError(f"the weights in {folder} take {needed / 2**30:.1f} GiB, more than the "
+                        f"{available / 2**30:.1f} GiB of host memory available here; use a "
+                        "machine with more memory")
 
 
 def check_tokenizer(folder: Path) -> None:

@@ -13,6 +13,7 @@ from safetensors.torch import save_file
 
 from core import runtime
 from core.errors import UserError
+from core.hf import check_weights
 from zoo.app.init_from import starting_point
 from zoo.app.run import resolve_run
 from zoo.common.architecture import run_time_keys
@@ -155,3 +156,15 @@ def test_a_model_the_host_cannot_hold_is_refused_before_it_is_built(monkeypatch,
         fam.build(fam.sizes[size], init=False)
     monkeypatch.setattr(runtime, "host_memory_available", lambda: 2**40)
     assert fam.build(fam.sizes[size]) is not None
+
+
+def test_an_hf_folder_the_host_cannot_hold_is_refused_before_it_is_loaded(tmp_path,
+                                                                          monkeypatch):
+    """`zoo eval` of a Hugging Face folder loads it through transformers, not
+    ModelFamily.build: its weights' bytes are checked against the host's memory first."""
+    save_file({"w": torch.zeros(2**16)}, str(tmp_path / "model.safetensors"))
+    check_weights(tmp_path)
+    monkeypatch.setattr(runtime, "host_memory_available", lambda: 2**16)
+    with pytest.raises(UserError, match=r"the weights in .* take 0\.0 GiB, more than the 0\.0 "
+                                        r"GiB of host memory available here"):
+        check_weights(tmp_path)

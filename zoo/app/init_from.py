@@ -40,7 +40,12 @@ from core.hf import (
     safetensors_headers,
 )
 from zoo.common.architecture import changed_architecture, run_time_keys, with_architecture
-from zoo.registry import ModelFamily, family_for_hf_architecture, resolve_name
+from zoo.registry import (
+    ModelFamily,
+    check_host_memory,
+    family_for_hf_architecture,
+    resolve_name,
+)
 
 TOKENIZER_FILES = ("tokenizer_config.json", *VOCABULARY_FILES)
 SHOWN_DIFFERENCES = 3  # architecture keys a refusal names
@@ -244,8 +249,9 @@ def model_weights(source: str) -> tuple[str, dict]:
     from core import lora  # torch
     from zoo.app.saved_run import load_run, newest_weights  # torch, the checkpoint readers
 
-    checkpoint, weights = newest_weights(source)
     run = load_run(source)[0]
+    check_host_memory(run.family, run.config.model)  # before its weights are read
+    checkpoint, weights = newest_weights(source)
     if not run.adapters:
         return checkpoint, weights
     model = adapted_model(run, checkpoint, weights)
