@@ -101,7 +101,7 @@ def _train_here(request: TrainRequest, echo: Callable[[str], object]) -> None:
     flags = {"tpu": request.tpu, "steps": request.steps, "out": out,
              "init_from": request.init_from}
     overrides = [f"{k}={v}" for k, v in flags.items() if v is not None] + list(request.overrides)
-    run = resolve_run(model, overrides, request.config_files)
+    run = resolve_run(model, overrides, request.config_files, start=start)
     if request.backend == "xla":
         check_fits(run)
     run, summary = train(run, request.force_resume, request.backend, start)
