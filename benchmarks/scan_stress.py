@@ -2,8 +2,10 @@
 entry's step many times with asynchronous dispatch, the way a training loop overlaps
 tracing step N+1 with step N's execution -- the window in which torch_xla's scan used to
 lower the previous step's unfinished outputs and die of SIGSEGV
-(core/backends/xla/scan_backward.py). Every step here traces in that window, where the
-benchmark worker traces only its second warm-up step there.
+(core/backends/xla/scan_backward.py). The benchmark worker meets that overlap once per
+process (its second warm-up step; its timed steps wait for each step), and crashed there:
+here every step overlaps, and the processes are fresh, since the first overlap (after the
+slowest, first execution) is the likeliest to crash.
 
     python -m benchmarks.scan_stress --processes 10 --steps 50
     python -m benchmarks.scan_stress --processes 10 --steps 50 --unguarded  # the cause
