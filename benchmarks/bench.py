@@ -50,7 +50,8 @@ def bench(request: BenchRequest, echo: Callable[..., object]) -> None:
         entries = [dataclasses.replace(e, tpu=request.tpu) for e in entries]
     baseline = load_baseline(request.baseline) if request.baseline else None
     mfu = request.mfu or baseline is not None  # the gate compares MFU
-    results = harness.run_suite(entries, request.steps, compare, mfu, request.profile_dir)
+    results = harness.run_suite(entries, request.steps, compare, mfu, request.profile_dir,
+                                log_dir=Path(request.out) / "logs")
     ratios = harness.compare_ratios(results["records"])
     echo(report.table(results["records"]))
     echo(report.footnote(results))
@@ -60,11 +61,16 @@ def bench(request: BenchRequest, echo: Callable[..., object]) -> None:
         echo(f"{name}: step time zoo / {peer} = {ratio:.2f}")
     report.write(results, ratios, Path(request.out))
     echo(f"wrote {request.out}/results.json, results.md, results.png")
-    if baseline is None:
-        return
-    failed = confirmed_regressions(results, entries, baseline, request.tolerance, request.steps)
-    if failed:
-        raise UserError(f"worse than the baseline by more than {request.tolerance:.0%}, twice: "
-                        + "; ".join(failed))
-    echo(f"gate passed: no MFU fell, and no step time relative to "
-         f"{results['reference_entry']} grew, by more than {request.tolerance:.0%}")
+    if baseline is not None:
+        regressions = confirmed_regressions(results, entries, baseline, request.tolerance,
+                                            request.steps)
+        if regressions:
+            raise UserError(f"worse than the baseline by more than {request.tolerance:.0%}, "
+                            "twice: " + "; ".join(regressions))
+        echo(f"gate passed: no MFU fell, and no step time relative to "
+             f"{results['reference_entry']} grew, by more than {request.tolerance:.0%}")
+    if results["failed"]:  # the others' results are written above
+        raise UserError(f"{len(results['failed'])} benchmark entr"
+                        f"{'y' if len(results['failed']) == 1 else 'ies'} failed (the others' "
+                        f"results are in {request.out}): "
+                        + "; ".join(f["error"] for f in results["failed"]))

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.metadata as md
-import json
 import os
 import platform
 import statistics
@@ -20,13 +19,15 @@ from benchmarks import maxtext
 from benchmarks.calibration import RunPeaks, peak_dtype
 from benchmarks.peers import PEERS, PEERS_MISSING
 from benchmarks.suite import Entry
+from benchmarks.worker_process import ROOT, EntryFailed, run_worker
 from core import topology
 from core.errors import UserError
 
-ROOT = Path(__file__).resolve().parents[1]
 
-
-def run_entry(entry: Entry, steps: int, peer: str | None, profile_dir: str | None) -> dict:
+def run_entry(entry: Entry, steps: int, peer: str | None, profile_dir: str | None,
+              log_dir: Path | None = None) -> dict:
+    """The entry's measurements from its own worker process (benchmarks/worker_process.py:
+    a crashed worker runs once more; a failed one leaves its whole log in `log_dir`)."""
     if peer == "maxtext":  # its own trainer in its own environment
         return maxtext.measure(entry, steps)
     job = {"entry": dataclasses.asdict(entry), "steps": steps, "peer": peer, "profile": profile_dir}
@@ -34,19 +35,7 @@ def run_entry(entry: Entry, steps: int, peer: str | None, profile_dir: str | Non
     if peer == "dtensor":  # one process per device, as `zoo train --backend dtensor` runs
         devices = topology.parse(entry.tpu).devices
         launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={devices}"]
-    proc = subprocess.run(
-        [*launcher, "-m", "benchmarks.worker", json.dumps(job)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
-    if proc.returncode != 0:
-        lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
-        raise UserError(
-            f"benchmark entry {entry.name} ({peer or 'zoo'}) failed: "
-            f"{lines[-1] if lines else 'no output'}"
-        )
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_worker(launcher, job, f"{entry.name} ({peer or 'zoo'})", log_dir)
 
 
 def summarize(entry: Entry, impl: str, raw: dict, peak: float | None) -> dict:
@@ -102,6 +91,8 @@ def summarize(entry: Entry, impl: str, raw: dict, peak: float | None) -> dict:
         "attention_flops": "causal",
         "compiles_timed": raw["compiles_timed"],
         "peak_memory_bytes": raw["peak_memory_bytes"],
+        # the logs of worker attempts that crashed before this one (the entry was rerun)
+        "crashed_logs": raw.get("crashed_logs", []),
     }
 
 
@@ -135,22 +126,34 @@ def _cpu_count() -> int:
 
 
 def run_suite(
-    entries: list[Entry], steps: int, compare: str | None, mfu: bool, profile_dir: str | None
+    entries: list[Entry], steps: int, compare: str | None, mfu: bool, profile_dir: str | None,
+    log_dir: Path | None = None,
 ) -> dict:
-    """Every entry (then every peer run), each right after a CPU peak measurement."""
+    """Every entry (then every peer run), each right after a CPU peak measurement. An entry
+    whose worker fails is left out of the records and listed under `failed` (with the file
+    holding its worker's log): the other entries' results are kept."""
     jobs = [(e, None) for e in entries] + [(e, compare) for e in entries if runs_peer(e, compare)]
     dtypes = {e.name: peak_dtype(e) for e in entries} if mfu else {}
-    peaks, timed = RunPeaks(), []
+    peaks, timed, failed = RunPeaks(), [], []
     for entry, peer in tqdm(jobs, desc="bench", unit="entry"):
         dtype = dtypes.get(entry.name)
         before = peaks.measure(dtype) if dtype else None
-        raw = run_entry(entry, steps, peer, _profile_path(profile_dir, entry, peer))
+        try:
+            raw = run_entry(entry, steps, peer, _profile_path(profile_dir, entry, peer), log_dir)
+        except EntryFailed as error:
+            tqdm.write(f"{error}; going on with the other entries")
+            failed.append({"name": entry.name, "impl": peer or "zoo", "error": str(error),
+                           "log": str(error.log)})
+            continue
         timed.append((entry, peer or "zoo", raw, dtype, before))
         tqdm.write(
             f"{entry.name} ({peer or 'zoo'}): median step "
             f"{statistics.median(raw['step_times_s']):.3f} s"
             + (f", CPU peak right before {before.flops / 1e9:.0f} GFLOP/s" if before else "")
         )
+    if not timed:
+        raise UserError("every benchmark entry failed: "
+                        + "; ".join(f["error"] for f in failed))
     records = []
     for entry, impl, raw, dtype, before in timed:
         records.append(summarize(entry, impl, raw, peaks.peak(dtype) if dtype else None))
@@ -161,6 +164,7 @@ def run_suite(
         "calibration": peaks.summary(),
         "reference_entry": records[0]["name"],
         "records": records,
+        "failed": failed,
     }
 
 

@@ -98,6 +98,15 @@ def markdown(results: dict, ratios) -> str:
     lines += ["", footnote(results)]
     warning = busy_host_warning(results)
     lines += ["", f"**{warning}**"] if warning else []
+    reruns = [r for r in results["records"] if r.get("crashed_logs")]
+    if reruns:
+        lines += ["", "Entries whose worker crashed and was run again (the row is the rerun):",
+                  ""]
+        lines += [f"- {r['name']} ({r['impl']}): see {', '.join(r['crashed_logs'])}"
+                  for r in reruns]
+    if results.get("failed"):
+        lines += ["", "Entries that failed (not in the table):", ""]
+        lines += [f"- {f['name']} ({f['impl']}): see {f['log']}" for f in results["failed"]]
     if ratios:
         lines += ["", "Step time ratio zoo / peer (below 1.0: the zoo is faster):", ""]
         lines += [f"- {name}: zoo / {peer} = {ratio:.2f}" for name, peer, ratio in ratios]

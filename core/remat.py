@@ -15,6 +15,7 @@ from torch import nn
 
 from core.backends.xla.ops import checkpoint as xla_checkpoint
 from core.backends.xla.ops import register_offload_ops, scan
+from core.backends.xla.scan_backward import wait_before_backward
 from core.errors import UserError
 from core.sharding import STACKED
 
@@ -171,7 +172,8 @@ class LayerStack(nn.ModuleList):
         backward, by AOTAutograd) on the first step only: torch_xla's scan cache
         (`is_fn_pure`) replays the trace while it is given the same function object, which
         is kept here (the cache holds it weakly, so a fresh bound method would miss every
-        step)."""
+        step). Its backward waits for the previous step's execution before it is lowered
+        (core/backends/xla/scan_backward.py: without the wait it crashes now and then)."""
         from functorch.compile import default_partition  # start-up
 
         partition = SCAN_POLICIES[self.scan_policy] if self.scan_policy else default_partition
@@ -179,7 +181,8 @@ class LayerStack(nn.ModuleList):
             self._step_fn = functools.partial(LayerStack._layer_step, self)
         carry = (hidden, *self.carried_extras(extras))
         carry, outputs = scan(self._step_fn, carry, self._stacked(), partition)
-        return (carry[0], *outputs) if outputs is not None else carry[0]
+        hidden = wait_before_backward(carry[0])
+        return (hidden, *outputs) if outputs is not None else hidden
 
     def carried_extras(self, extras) -> tuple:
         """The extras as the scan carries them. torch_xla's scan makes every carried tensor

@@ -142,3 +142,48 @@ def test_offload_moves_the_layer_input_to_host_and_back():
                             text=True, timeout=300, env={**os.environ, "PJRT_DEVICE": "CPU"})
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.split()[-2:] == ["1", "1"]
+
+
+WAIT_ORDER = """
+import torch, torch_xla
+import torch_xla.experimental.scan as xla_scan
+from core.backends.xla import scan_backward
+from core.remat import LayerStack
+
+events = []
+lower = xla_scan._scan_impl_flat
+def lowering(fn, init, xs, reverse=False):
+    events.append("backward lowered" if reverse else "forward lowered")
+    return lower(fn, init, xs, reverse=reverse)
+xla_scan._scan_impl_flat = lowering
+scan_backward._wait_for_devices = lambda grad: events.append("waited")
+
+torch.manual_seed(0)
+stack = LayerStack([torch.nn.Linear(8, 8) for _ in range(3)])
+stack.scan = True
+stack.stack_weights()
+stack.to(torch_xla.device())
+hidden = torch.randn(4, 8, device=torch_xla.device(), requires_grad=True)
+stack(hidden).sum().backward()
+torch_xla.sync()
+print(events, bool(hidden.grad.abs().sum() > 0))
+"""
+
+
+def test_a_scanned_stack_waits_for_the_devices_before_its_backward_is_lowered():
+    """torch_xla's scan lowers its backward body while the step is traced, reading the
+    buffers of the scanned weights: the previous step's outputs, placeholders until its
+    asynchronous execution ends (core/backends/xla/scan_backward.py). The wait comes after
+    the forward (which keeps overlapping that execution) and before the backward's
+    lowering."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.support.paths import ROOT
+
+    result = subprocess.run([sys.executable, "-c", WAIT_ORDER], cwd=ROOT, capture_output=True,
+                            text=True, timeout=900, env={**os.environ, "PJRT_DEVICE": "CPU"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().splitlines()[-1] == (
+        "['forward lowered', 'waited', 'backward lowered'] True")
