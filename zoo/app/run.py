@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from typing import TYPE_CHECKING
 
 from core import config as config_lib
 from core import lora
@@ -21,9 +20,6 @@ from core.run_config import slice_defaults
 from core.sharding import ShardingRules
 from core.task import Task
 from zoo.registry import ModelFamily, resolve_name
-
-if TYPE_CHECKING:  # init_from reads saved runs, which are resolved here
-    from zoo.app.init_from import StartingPoint
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,13 +92,14 @@ class Run:
 
 
 def resolve_run(model_name: str, overrides: list[str], config_files=(),
-                saved: bool = False, start: StartingPoint | None = None) -> Run:
+                saved: bool = False, start=None) -> Run:
     """The run `zoo train MODEL --config F... KEY=VALUE...` describes. With `init_from`
     given, the starting point is identified first (zoo/app/init_from.py) and its
     architecture is the model's: the run's `model.*` keys may say how it runs, not change
     it. `saved`: the config files are a saved run's, whose `model` is whole and whose
     starting point is not read again (it may be gone: a tuned run stands on its own).
-    `start`: the starting point where the caller identified it already."""
+    `start`: the starting point (zoo/app/init_from.py's StartingPoint) where the caller
+    identified it already."""
     family, size = resolve_name(model_name)
     task = family.task_named(config_lib.given_value("task", config_files, overrides))
     if start is None and not saved:
