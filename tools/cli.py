@@ -275,9 +275,9 @@ def plan(model, overrides, tpu, target_mfu, compile_, compare, search_, budget, 
         click.echo(json.dumps(result.record(), indent=2) if as_json else search.describe(result))
         return
     from benchmarks.plan.report import plan_report  # torch, the families
-    from zoo.app.run import resolve_run  # torch, the families
+    from zoo.app.init_from import resolve_started_run  # torch, the families
 
-    run = resolve_run(model, [f"tpu={tpu}", *overrides])
+    run = resolve_started_run(model, [f"tpu={tpu}", *overrides])[0]
     click.echo(plan_report(run, target_mfu, compile_, compare, as_json, click.echo))
 
 

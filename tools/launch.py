@@ -85,22 +85,23 @@ def _train_here(request: TrainRequest, echo: Callable[[str], object]) -> None:
     from core import goodput
     from core.config import given_value
     from zoo.app.generate import sample_after_training
-    from zoo.app.init_from import default_out, kept_setting, starting_point
+    from zoo.app.init_from import default_out, given_starting_point, kept_setting
     from zoo.app.run import resolve_run
     from zoo.app.train import describe_summary, train
 
-    start = starting_point(request.init_from, request.model) if request.init_from else None
-    model = request.model or (start.model_name if start else kept_setting(request.out,
-                                                                          "model_name"))
-    if model is None:
-        raise UserError(f"--out {request.out} holds no run to rerun (no config.yaml naming "
-                        "its model); name a model (see `zoo models`) or --init-from")
     task = given_value("task", request.config_files, request.overrides)
-    out = request.out or (f"runs/{model}" if request.model else
+    out = request.out or (f"runs/{request.model}" if request.model else
                           default_out(request.init_from, task))
     flags = {"tpu": request.tpu, "steps": request.steps, "out": out,
              "init_from": request.init_from}
     overrides = [f"{k}={v}" for k, v in flags.items() if v is not None] + list(request.overrides)
+    # no model named: the starting point's, or the one of the run being rerun in `out`
+    model = request.model or (None if request.init_from else kept_setting(out, "model_name"))
+    start = given_starting_point(model, request.config_files, overrides)
+    model = model or (start.model_name if start else None)
+    if model is None:
+        raise UserError(f"--out {out} holds no run to rerun (no config.yaml naming its "
+                        "model); name a model (see `zoo models`) or --init-from")
     run = resolve_run(model, overrides, request.config_files, start=start)
     if request.backend == "xla":
         check_fits(run)

@@ -14,7 +14,7 @@ from safetensors.torch import save_file
 from core import runtime
 from core.errors import UserError
 from core.hf import check_weights
-from zoo.app.init_from import starting_point
+from zoo.app.init_from import resolve_started_run, starting_point
 from zoo.app.run import resolve_run
 from zoo.common.architecture import run_time_keys
 from zoo.qwen3.config import Qwen3Config
@@ -110,15 +110,15 @@ def test_weights_cut_short_garbage_or_of_other_shapes_are_refused_by_their_heade
 
 
 def test_run_time_keys_are_honoured_and_architectural_ones_refused(tiny):
-    run = resolve_run("qwen3", [f"init_from={tiny}", "model.attention=plain",
-                                "model.loss_chunk_tokens=32"])
+    run = resolve_started_run("qwen3", [f"init_from={tiny}", "model.attention=plain",
+                                        "model.loss_chunk_tokens=32"])[0]
     assert (run.config.model.attention, run.config.model.loss_chunk_tokens) == ("plain", 32)
     assert run.config.model.num_hidden_layers == 2
     assert (run.config.init_from, run.config.data.tokenizer) == (str(tiny), str(tiny))
     with pytest.raises(UserError, match=r"model.num_hidden_layers=4 would change the "
                                         rf"architecture of --init-from {tiny}, which holds "
                                         r"num_hidden_layers=2.*model.attention"):
-        resolve_run("qwen3", [f"init_from={tiny}", "model.num_hidden_layers=4"])
+        resolve_started_run("qwen3", [f"init_from={tiny}", "model.num_hidden_layers=4"])
 
 
 def test_moe_dispatch_and_its_weights_are_run_time_keys_declared_once():
@@ -132,8 +132,8 @@ def test_moe_dispatch_and_its_weights_are_run_time_keys_declared_once():
 def test_a_folder_without_a_tokenizer_needs_one_named(tmp_path):
     folder = qwen3_folder(tmp_path / "hf", tokenizer=False)
     with pytest.raises(UserError, match=r"holds no tokenizer .*pass data.tokenizer="):
-        resolve_run("qwen3", [f"init_from={folder}"])
-    run = resolve_run("qwen3", [f"init_from={folder}", "data.tokenizer=default"])
+        resolve_started_run("qwen3", [f"init_from={folder}"])
+    run = resolve_started_run("qwen3", [f"init_from={folder}", "data.tokenizer=default"])[0]
     assert run.config.data.tokenizer == "default"
 
 

@@ -117,6 +117,26 @@ def starting_point(source: str, model_name: str | None) -> StartingPoint:
     return found
 
 
+def resolve_started_run(model_name: str, overrides: list[str], config_files=()):
+    """(the run, its starting point or None) that `zoo train/plan MODEL --config F...
+    KEY=VALUE...` describe: the starting point identified first, whole, and handed to the
+    run (zoo/app/run.py `resolve_run`)."""
+    from zoo.app.run import resolve_run  # the families
+
+    start = given_starting_point(model_name, config_files, overrides)
+    return resolve_run(model_name, overrides, config_files, start=start), start
+
+
+def given_starting_point(model_name: str | None, config_files, overrides):
+    """The run's `init_from`, identified: the one given, else the one of the run already in
+    its `out` (a rerun there resumes it without being told again); None: a random start."""
+    from core import config as config_lib
+
+    source = (config_lib.given_value("init_from", config_files, overrides)
+              or kept_init_from(config_lib.given_value("out", config_files, overrides)))
+    return starting_point(source, model_name) if source else None
+
+
 def kept_init_from(out: str | None) -> str | None:
     """The starting point of the run already in `out`, which a rerun there keeps without
     being told (`zoo train --out RUN` resumes an --init-from run); said on stderr."""

@@ -98,12 +98,11 @@ def resolve_run(model_name: str, overrides: list[str], config_files=(),
     architecture is the model's: the run's `model.*` keys may say how it runs, not change
     it. `saved`: the config files are a saved run's, whose `model` is whole and whose
     starting point is not read again (it may be gone: a tuned run stands on its own).
-    `start`: the starting point (zoo/app/init_from.py's StartingPoint) where the caller
-    identified it already."""
+    `start`: the run's starting point, identified (zoo/app/init_from.py
+    `resolve_started_run`; without it an `init_from` is first read when the run's engine is
+    built)."""
     family, size = resolve_name(model_name)
     task = family.task_named(config_lib.given_value("task", config_files, overrides))
-    if start is None and not saved:
-        start = _starting_point(model_name, config_files, overrides)
     if size is None and not (start or saved):
         raise UserError(f"{model_name} is a model family; name one of its sizes "
                         f"({', '.join(f'{model_name}-{s}' for s in family.sizes)}), or start "
@@ -124,16 +123,6 @@ def resolve_run(model_name: str, overrides: list[str], config_files=(),
     remat = family.remat(config.remat)
     remat.check_device(topology.is_tpu)
     return Run(family, task, config, topology, rules, remat, mesh)
-
-
-def _starting_point(model_name: str, config_files, overrides):
-    """The run's `init_from`, identified: the one given, else the one of the run already in
-    its `out` (a rerun there resumes it without being told again); None: a random start."""
-    from zoo.app.init_from import kept_init_from, starting_point  # a saved run's readers
-
-    source = (config_lib.given_value("init_from", config_files, overrides)
-              or kept_init_from(config_lib.given_value("out", config_files, overrides)))
-    return starting_point(source, model_name) if source else None
 
 
 def _gives(key: str, files, overrides) -> bool:
