@@ -22,6 +22,10 @@ FILES = {
     "empty/.keep": "",
     "no_tasks/base.yaml": "output_type: multiple_choice\n",
     "run/config.yaml": "model_name: llama-tiny\n",
+    # a starting point: a run whose checkpoint is whole (its manifest lists nothing), refused
+    # for what comes after it before its weights are read
+    "start/config.yaml": "model_name: llama-tiny\n",
+    "start/checkpoints/step-00000001/manifest.json": "{}",
     "lora_run/config.yaml": "model_name: llama-tiny\nlora:\n  rank: 8\n",
     "dpo_same.jsonl": '{"prompt": "Say hi.", "chosen": " hi", "rejected": " hi"}\n',
     "dpo_empty.jsonl": '{"prompt": "Say hi.", "chosen": " hi", "rejected": ""}\n',
@@ -106,17 +110,17 @@ CASES = [
     (["train", "llama-tiny", "task=dpo"],
      "task=dpo tunes a model against itself as it starts (the reference), so it starts"),
     (["train", "llama-tiny", "task=dpo", "dpo.beta=0"], "dpo.beta must be a positive number"),
-    (["train", "--init-from", "{d}/run", "task=dpo", "eval_every=10"],
+    (["train", "--init-from", "{d}/start", "task=dpo", "eval_every=10"],
      "task=dpo has no validation pass yet"),
-    (["train", "--init-from", "{d}/run", "task=dpo", "data.source={d}/dpo_same.jsonl"],
+    (["train", "--init-from", "{d}/start", "task=dpo", "data.source={d}/dpo_same.jsonl"],
      "dpo_same.jsonl row 1: 'chosen' and 'rejected' are identical, so there is no preference"),
-    (["train", "--init-from", "{d}/run", "task=dpo", "data.source={d}/dpo_empty.jsonl"],
+    (["train", "--init-from", "{d}/start", "task=dpo", "data.source={d}/dpo_empty.jsonl"],
      "dpo_empty.jsonl row 1: 'rejected' is empty"),
     (["train", "llama-tiny", "task=dpo", "dpo.loss_type=kto"],
      "dpo.loss_type must be one of sigmoid, hinge, ipo, not 'kto'"),
     (["train", "vit-tiny", "task=sft"], "task=sft is not a task vit models train for"),
     (["train", "--init-from", "{d}/nosuch", "task=sft"], "no such folder; give a zoo run"),
-    (["train", "mixtral-tiny", "--init-from", "{d}/run"],
+    (["train", "mixtral-tiny", "--init-from", "{d}/start"],
      "holds a llama-tiny model, not mixtral-tiny"),
     (["train", "--init-from", "{d}/hf_bert", "task=sft"],
      "no zoo model family for Hugging Face class BertModel"),
@@ -231,8 +235,9 @@ CASES = [
     (["topology", "nope"], "unknown slice type 'nope'"),
     # run folders and checkpoints
     # command-line usage
-    (["train"], "name a model (see `zoo models`), start from one with --init-from"),
-    (["train", "--out", "{d}/empty"], "--out {d}/empty holds no run to rerun"),
+    # (each train command is given an --out: a model is needed unless a run is there)
+    (["train"], "train-out holds no run to rerun (no config.yaml naming its model); name a "
+                "model (see `zoo models`) or --init-from"),
     (["generate", "{d}/run", "--prompt", "hi", "--max-new-tokens", "abc"],
      "'abc' is not a valid integer range. (see zoo generate --help)"),
     (["nosuchcommand"], "No such command 'nosuchcommand'. (see zoo --help)"),

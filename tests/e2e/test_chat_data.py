@@ -31,7 +31,10 @@ FILES = {  # bytes: some are not UTF-8 on purpose
     "mixed_pc.jsonl": (json.dumps({"prompt": "Q", "completion": "A"}) + "\n"
                        + json.dumps({"text": "a document"}) + "\n").encode(),
     "chat_sft.jsonl": CHAT_ROW.encode(),
-    "run/config.yaml": b"model_name: llama-tiny\n",  # a starting point for task=dpo
+    # a starting point for task=dpo: a run whose checkpoint is whole (its manifest lists
+    # nothing), refused for its data before its weights are read
+    "start/config.yaml": b"model_name: llama-tiny\n",
+    "start/checkpoints/step-00000001/manifest.json": b"{}",
 }
 BROKEN_TEMPLATE = "{% for message in messages %}{{ message['content'] }"  # never closed
 
@@ -40,12 +43,12 @@ CASES = [
      "latin1_sft.jsonl row 2: byte 108 (0xe9) is not UTF-8"),
     (["train", "llama-tiny", "task=sft", "data.source={d}/latin1_sft.json"],
      "latin1_sft.json row 2: byte 0xe9 in a string is not UTF-8"),
-    (["train", "--init-from", "{d}/run", "task=dpo", "data.source={d}/latin1_dpo.jsonl"],
+    (["train", "--init-from", "{d}/start", "task=dpo", "data.source={d}/latin1_dpo.jsonl"],
      "latin1_dpo.jsonl row 3: byte 128 (0xff) is not UTF-8"),
     (["train", "llama-tiny", "task=sft", "data.source={d}/mixed_sft.jsonl"],
      "mixed_sft.jsonl row 2 has keys 'prompt', 'completion', not 'messages' like the file's "
      "chat rows: its format differs from the file's"),
-    (["train", "--init-from", "{d}/run", "task=dpo", "data.source={d}/mixed_dpo.jsonl"],
+    (["train", "--init-from", "{d}/start", "task=dpo", "data.source={d}/mixed_dpo.jsonl"],
      "mixed_dpo.jsonl row 2: 'chosen' and 'rejected' each holds a string, not a list of "
      "messages as in the file's first row: its format differs from the file's"),
     (["train", "llama-tiny", "task=sft", "data.source={d}/mixed_pc.jsonl"],
