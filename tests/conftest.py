@@ -106,3 +106,22 @@ def pytest_xdist_make_scheduler(config, log):
             super()._assign_work_unit(node)
 
     return LongestFirst(config, log)
+
+
+@pytest.fixture
+def modules_built(monkeypatch):
+    """A one-item list counting the torch modules made off the meta device from now on
+    (transformers' import-time activations made already: this counts models): a refusal
+    that made none built no model."""
+    import torch
+    import transformers.activations  # noqa: F401
+
+    count = [0]
+    make = torch.nn.Module.__init__
+
+    def counted(self, *args, **kwargs):
+        count[0] += torch.get_default_device().type != "meta"
+        make(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.Module, "__init__", counted)
+    return count

@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from tests.support.runs import forked_zoo
+from tests.support.runs import forked_zoo, snapshot, write_scratch
 
 FILES = {
     "not_yaml.yaml": "steps: [1, 2\n",
@@ -367,12 +367,9 @@ CASES = [
 def answers(tmp_path_factory):
     """Every case run once, timed; the scratch folder's files before and after all of them."""
     scratch = tmp_path_factory.mktemp("scratch")
-    for name, text in FILES.items():
-        (scratch / name).parent.mkdir(parents=True, exist_ok=True)
-        (scratch / name).write_text(text)
-    before = files(scratch)
+    before = write_scratch(scratch, FILES)
     results = forked_zoo([command(args, scratch) for args, _ in CASES], scratch.parent)
-    return {"results": results, "before": before, "after": files(scratch), "scratch": scratch}
+    return {"results": results, "before": before, "after": snapshot(scratch), "scratch": scratch}
 
 
 def command(args: list[str], scratch) -> list[str]:
@@ -380,10 +377,6 @@ def command(args: list[str], scratch) -> list[str]:
     if args[0] == "train" and "--on" not in args:
         args += ["--out", str(scratch / "train-out")]
     return args
-
-
-def files(folder) -> dict:
-    return {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
 
 
 @pytest.mark.parametrize("case", range(len(CASES)), ids=[" ".join(a) for a, _ in CASES])

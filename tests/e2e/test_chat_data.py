@@ -11,7 +11,7 @@ import shutil
 import pytest
 
 from core.data import DEFAULT_TOKENIZER
-from tests.support.runs import forked_zoo
+from tests.support.runs import forked_zoo, snapshot, write_scratch
 
 CHAT_ROW = json.dumps({"messages": [{"role": "user", "content": "hi"},
                                     {"role": "assistant", "content": "hello"}]}) + "\n"
@@ -65,23 +65,17 @@ CASES = [
 def answers(tmp_path_factory):
     """Every case run once; the scratch folder's files before and after all of them."""
     scratch = tmp_path_factory.mktemp("scratch")
-    for name, data in FILES.items():
-        (scratch / name).parent.mkdir(parents=True, exist_ok=True)
-        (scratch / name).write_bytes(data)
+    write_scratch(scratch, FILES)
     broken = scratch / "broken_template"
     shutil.copytree(DEFAULT_TOKENIZER, broken)
     config = json.loads((broken / "tokenizer_config.json").read_text())
     (broken / "tokenizer_config.json").write_text(
         json.dumps({**config, "chat_template": BROKEN_TEMPLATE}))
-    before = files(scratch)
+    before = snapshot(scratch)
     commands = [[a.format(d=scratch) for a in args] + ["--out", str(scratch / "train-out")]
                 for args, _ in CASES]
     results = forked_zoo(commands, scratch.parent)
-    return {"results": results, "before": before, "after": files(scratch), "scratch": scratch}
-
-
-def files(folder) -> dict:
-    return {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    return {"results": results, "before": before, "after": snapshot(scratch), "scratch": scratch}
 
 
 @pytest.mark.parametrize("case", range(len(CASES)), ids=[" ".join(a) for a, _ in CASES])

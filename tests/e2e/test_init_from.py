@@ -32,23 +32,6 @@ def hf(tmp_path_factory):
     return folder
 
 
-@pytest.fixture
-def modules_built(monkeypatch):
-    """Modules made off the meta device from now on (transformers' import-time activations
-    made already: this counts models)."""
-    import transformers.activations  # noqa: F401
-
-    count = [0]
-    make = torch.nn.Module.__init__
-
-    def counted(self, *args, **kwargs):
-        count[0] += torch.get_default_device().type != "meta"
-        make(self, *args, **kwargs)
-
-    monkeypatch.setattr(torch.nn.Module, "__init__", counted)
-    return count
-
-
 @pytest.fixture(scope="module")
 def other(hf, tmp_path_factory):
     """`hf`'s config.json beside weights of another MLP width."""

@@ -66,6 +66,22 @@ def forked_zoo(commands: list[list[str]], scratch: Path) -> list[dict]:
     return json.loads((scratch / "answers.json").read_text())
 
 
+def write_scratch(scratch: Path, files: dict[str, str | bytes]) -> dict[Path, bytes]:
+    """`files` (relative name -> text or bytes) written under `scratch`; every file there
+    then, with its bytes: a bad input must leave them all as they were."""
+    for name, data in files.items():
+        (scratch / name).parent.mkdir(parents=True, exist_ok=True)
+        write = (scratch / name).write_bytes if isinstance(data, bytes) else (
+            scratch / name).write_text
+        write(data)
+    return snapshot(scratch)
+
+
+def snapshot(folder: Path) -> dict[Path, bytes]:
+    """Every file under `folder`, with its bytes."""
+    return {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
 def losses(run: Path) -> dict[int, float]:
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     return {r["step"]: r["loss"] for r in records if "loss" in r}  # not eval records

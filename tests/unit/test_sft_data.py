@@ -9,17 +9,11 @@ import pytest
 
 from core.assets import make_tokenizer
 from core.data import DataError, load_tokenizer
+from tests.support.chatml import chatml_tokenizer
 from tests.support.paths import ROOT
 from zoo.data import packed_text, sft_data
 from zoo.data.sft_data import SFTDataConfig, load_examples
 
-# Qwen2-Instruct's ChatML template, as its tokenizer_config.json ships it.
-CHATML = (
-    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
-    "{{ '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' }}{% endif %}"
-    "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
-    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
-)
 CHAT = [
     {"role": "system", "content": "Answer in one word."},
     {"role": "user", "content": "What is the capital of France?"},
@@ -44,13 +38,7 @@ def tok():
 
 @pytest.fixture(scope="module")
 def chatml(tmp_path_factory):
-    """A real Hugging Face tokenizer folder with ChatML's special tokens and template."""
-    tokenizer = load_tokenizer("default")
-    tokenizer.add_tokens(["<|im_start|>", "<|im_end|>"], special_tokens=True)
-    tokenizer.chat_template = CHATML
-    folder = tmp_path_factory.mktemp("chatml")
-    tokenizer.save_pretrained(folder)
-    return load_tokenizer(str(folder))
+    return chatml_tokenizer(tmp_path_factory.mktemp("chatml"))
 
 
 def write_jsonl(path, rows):

@@ -39,20 +39,6 @@ def tiny(tmp_path_factory):
     return qwen3_folder(tmp_path_factory.mktemp("tiny") / "hf")
 
 
-@pytest.fixture
-def modules_built(monkeypatch):
-    """How many torch modules are made off the meta device from now on."""
-    count = [0]
-    make = torch.nn.Module.__init__
-
-    def counted(self, *args, **kwargs):
-        count[0] += torch.get_default_device().type != "meta"
-        make(self, *args, **kwargs)
-
-    monkeypatch.setattr(torch.nn.Module, "__init__", counted)
-    return count
-
-
 def test_a_folder_of_no_zoo_size_is_named_by_its_family_and_stored_absolute(tiny, monkeypatch):
     monkeypatch.chdir(tiny.parent)
     start = starting_point("hf", None)
