@@ -5,8 +5,10 @@ reverse, empty, cut short, garbage bytes, valid JSON of the wrong type, unreadab
 symbolic links, a bucket URL with no network; and for a folder holding a run or a Hugging
 Face model, each file zoo reads inside it damaged the same ways.
 
-Each case: a non-zero exit, one "Error:" line, no traceback, within SECONDS, and nothing
-created or removed outside the command's own output. A new command or path is tried with
+Each case: a non-zero exit, one "Error:" line, no traceback, no model built on the way (a
+refusal before any work: what "within seconds" means on a machine however busy; a bucket
+URL with no network, whose wait is not work, within OFFLINE_SECONDS), and nothing created
+or removed outside the command's own output. A new command or path is tried with
 no edit here; a parameter whose name or help says "path" but whose type is not a PathArg
 fails `test_every_path_parameter_is_declared`. Each command is a fork of one process that
 has imported the CLI (tests/support/forked_cli.py); the valid inputs are one run trained
@@ -29,7 +31,7 @@ from tests.support.runs import forked_zoo
 from tools.cli import cli
 from tools.options import PathArg
 
-SECONDS = 10  # a refusal's answer, however busy the machine: "within seconds"
+OFFLINE_SECONDS = 30  # the DNS wait a URL's refusal allows (it was 51 s), with room for load
 ROOT_USER = os.geteuid() == 0  # root reads and writes a chmod-000 path: no such damage
 OFFLINE_URL = "gs://zoo-damage-matrix/run"  # this machine has no network
 STEP = "checkpoints/step-00000001"
@@ -377,7 +379,9 @@ def test_damage_gives_one_line(matrix, case_id):
     assert result["returncode"] not in (0, None), said[-3000:]
     errors = [line for line in result["stderr"].splitlines() if line.startswith("Error:")]
     assert len(errors) == 1, said[-3000:]
-    assert result["seconds"] < SECONDS, (result["seconds"], errors)
+    assert result["modules_built"] == 0, f"{result['modules_built']} torch modules built"
+    if case.id.endswith("-offline_url"):
+        assert result["seconds"] < OFFLINE_SECONDS, (result["seconds"], errors)
     if case.inner:  # named, not masked by a later refusal; a file gone may be said absent
         said_here = errors[0].replace(str(root / "cases" / case_id), "CASE")
         absent = case.damage in (missing, folder_for_file, symlink_loop) and re.search(
