@@ -205,7 +205,7 @@ class ModelFamily(Generic[ModelConfig]):
         return SHARED_PRESETS / kind / self.shared_sharding if self.shared_sharding else None
 
 
-def check_host_memory(fam: ModelFamily[Any], config) -> None:
+def check_host_memory(fam: ModelFamily[Any], config: Any) -> None:
     """Refuse, in one line with the figures, to build `config`'s model off the meta device
     when its weights alone take more than the host's available memory: the kernel's OOM
     killer ends such a build minutes later with no message (and may take another process

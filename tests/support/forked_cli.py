@@ -40,14 +40,13 @@ import torch_xla  # noqa: E402, F401
 import transformers.models.llama.modeling_llama  # noqa: E402, F401
 
 import benchmarks.plan.analytic  # noqa: E402, F401
-import eval.evaluate  # noqa: E402, F401
-import eval.export  # noqa: E402, F401
 import tools.launch  # noqa: E402, F401
 import zoo.app.generate  # noqa: E402, F401
 import zoo.app.init_from  # noqa: E402, F401
 import zoo.app.run  # noqa: E402, F401
 import zoo.app.saved_run  # noqa: E402, F401
 import zoo.app.train  # noqa: E402, F401
+from eval import evaluate, export  # noqa: E402, F401  (`import eval.x` would bind eval)
 from tools.cli import cli  # noqa: E402
 
 PARALLEL = 2

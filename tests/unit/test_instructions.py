@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy
 import pytest
 from click.testing import CliRunner
 
@@ -157,7 +158,7 @@ def test_generations_are_recorded_and_loglikelihoods_only_for_choices():
 
 def hf_folder(folder: Path, template: bool, weights: bool = False) -> Path:
     """A Llama folder with the shipped tokenizer; random weights when asked (else a stand-in
-    file: a refusal must come before anything loads them)."""
+    file, whole: a refusal must come before anything loads them)."""
     folder.mkdir(parents=True, exist_ok=True)
     for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
         shutil.copy(TOKENIZER / name, folder / name)
@@ -179,7 +180,10 @@ def hf_folder(folder: Path, template: bool, weights: bool = False) -> Path:
     else:
         (folder / "config.json").write_text(json.dumps(
             {"architectures": ["LlamaForCausalLM"], "model_type": "llama"}))
-        (folder / "model.safetensors").write_bytes(b"never read")
+        from safetensors.numpy import save_file  # a whole file, never loaded
+
+        save_file({"stand_in": numpy.zeros(1, dtype=numpy.float32)},
+                  str(folder / "model.safetensors"))
     return folder
 
 
