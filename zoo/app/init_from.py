@@ -182,7 +182,7 @@ def _from_zoo_run(source: str) -> StartingPoint:
     from zoo.app.saved_run import checkpoint_of, load_run
 
     run = load_run(source)[0]
-    check_whole(Store(checkpoint_of(source)))
+    check_whole(Store(checkpoint_of(source, run)))
     tokenizer = getattr(getattr(run.config, "data", None), "tokenizer", None)
     return StartingPoint(resolved_source(source), run.family, True, run.model_name,
                          run.config.model, tokenizer)

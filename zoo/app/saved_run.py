@@ -39,13 +39,14 @@ def load_run(path: str | Path) -> tuple[Run, RunHome]:
     return run, RunHome(run.config.out)
 
 
-def checkpoint_of(path: str | Path) -> str:
+def checkpoint_of(path: str | Path, run: Run | None = None) -> str:
     """The checkpoint folder `path` names: itself, or the newest committed checkpoint of the
-    run (in the run's checkpoint location, wherever that is) or of the location."""
+    run (in the run's checkpoint location, wherever that is) or of the location; `run`: the
+    run at `path` where the caller loaded it already."""
     path = str(path)
     if step_of(Store(path).name) is not None:
         return path
-    cfg = load_run(path)[0].config
+    cfg = (run or load_run(path)[0]).config
     for location in (Store(path), Store(cfg.checkpoint_location)):
         steps = complete_steps(location)
         if steps:
