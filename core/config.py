@@ -3,7 +3,9 @@
     cfg = load(TrainConfig, files=["run.yaml"], overrides=["mesh.tensor=2", "seed=3"])
 
 Later sources win. An unknown key or a value of the wrong type fails with one line naming
-the key and what would be valid. `write_resolved` stores the final config in a run folder.
+the key and what would be valid. `write_resolved` stores the final config in a run folder,
+`saved_text` is the text of every saved run config (ending with SAVED_CONFIG_END) and
+`parse_saved` the one reader of it.
 """
 
 from __future__ import annotations
@@ -19,9 +21,13 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
 from core.errors import UserError
+from core.json_file import DamagedFile
 from core.store.run_folder import RunFolder
 
 T = TypeVar("T")
+# the line a saved run config ends with: YAML cut between two keys is still valid YAML, so
+# only a closing line written last tells a whole config from one cut short
+SAVED_CONFIG_END = "# end of zoo run config"
 
 
 class ConfigError(UserError):
@@ -30,7 +36,8 @@ class ConfigError(UserError):
 
 def load(schema: type[T], files=(), overrides=()) -> T:
     """Merge schema defaults <- YAML files <- `key=value` overrides into a schema instance.
-    A file is a path, or (name, text) for a config read from elsewhere (a saved run's)."""
+    A file is a path, or (name, tree) for a config read from elsewhere (a saved run's, as
+    `parse_saved` read it)."""
     cfg = OmegaConf.structured(schema)
     for source in files:
         _merge(schema, cfg, _read_yaml(source), f"in {_name(source)}: ",
@@ -64,12 +71,11 @@ def parse_yaml(text: str, name: str) -> dict:
 
 
 def _read_yaml(source) -> DictConfig:
-    name, text = source if isinstance(source, tuple) else (source, None)
-    if text is None:
-        if not Path(name).is_file():
-            raise ConfigError(f"config file {name} does not exist")
-        text = Path(name).read_text()
-    return OmegaConf.create(parse_yaml(text, name))
+    if isinstance(source, tuple):  # (name, a saved run's config as parse_saved read it)
+        return OmegaConf.create(source[1])
+    if not Path(source).is_file():
+        raise ConfigError(f"config file {source} does not exist")
+    return OmegaConf.create(parse_yaml(Path(source).read_text(), source))
 
 
 def _name(source) -> str:
@@ -187,12 +193,34 @@ def to_yaml(cfg) -> str:
     return OmegaConf.to_yaml(OmegaConf.structured(cfg))
 
 
+def saved_text(cfg) -> str:
+    """A run config as zoo saves it (RUN/config.yaml, a checkpoint location's copy): its YAML,
+    then SAVED_CONFIG_END last, which `parse_saved` requires."""
+    return f"{to_yaml(cfg)}{SAVED_CONFIG_END}\n"
+
+
+def parse_saved(text: str, name: str) -> dict:
+    """A saved run config's text (from the file `name`) as a dict; DamagedFile when it does
+    not end with SAVED_CONFIG_END (a file cut short between two keys parses as a shorter
+    config, whose missing keys would silently take their defaults) or is not YAML keys."""
+    lines = text.rstrip().splitlines()
+    if not lines or lines[-1].strip() != SAVED_CONFIG_END:
+        raise DamagedFile(f"{name} is damaged (cut short: it does not end with the line zoo "
+                          f"writes last, '{SAVED_CONFIG_END}'); restore it from a copy, or, "
+                          "if it is whole (written by hand or by an older zoo), add that line "
+                          "at its end")
+    try:
+        return parse_yaml(text, name)
+    except ConfigError as error:  # damaged, not a config to fix: a saved run's own file
+        raise DamagedFile(str(error)) from None
+
+
 def write_resolved(cfg, run_dir: str | Path) -> Path:
     """Write the fully resolved config as `RUN/config.yaml` (atomically) and return its path."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     path = RunFolder(run_dir).config
     tmp = path.with_suffix(".yaml.tmp")
-    tmp.write_text(to_yaml(cfg))
+    tmp.write_text(saved_text(cfg))
     tmp.replace(path)
     return path

@@ -85,7 +85,7 @@ def _train_here(request: TrainRequest, echo: Callable[[str], object]) -> None:
     from core import goodput
     from core.config import given_value
     from zoo.app.generate import sample_after_training
-    from zoo.app.init_from import default_out, given_starting_point, kept_setting
+    from zoo.app.init_from import default_out, given_starting_point, kept_config, kept_setting
     from zoo.app.run import resolve_run
     from zoo.app.train import describe_summary, train
 
@@ -96,8 +96,10 @@ def _train_here(request: TrainRequest, echo: Callable[[str], object]) -> None:
              "init_from": request.init_from}
     overrides = [f"{k}={v}" for k, v in flags.items() if v is not None] + list(request.overrides)
     # no model named: the starting point's, or the one of the run being rerun in `out`
-    model = request.model or (None if request.init_from else kept_setting(out, "model_name"))
-    start = given_starting_point(model, request.config_files, overrides)
+    kept = None if request.init_from else kept_config(
+        given_value("out", request.config_files, overrides))
+    model = request.model or (kept_setting(kept, "model_name") if kept is not None else None)
+    start = given_starting_point(model, request.config_files, overrides, kept)
     model = model or (start.model_name if start else None)
     if model is None:
         raise UserError(f"--out {out} holds no run to rerun (no config.yaml naming its "

@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from tests.support.runs import forked_zoo, snapshot, write_scratch
+from tests.support.runs import forked_zoo, saved_config, snapshot, write_scratch
 
 FILES = {
     "not_yaml.yaml": "steps: [1, 2\n",
@@ -21,15 +21,15 @@ FILES = {
     "suite_dict.yaml": "a: 1\n",
     "empty/.keep": "",
     "no_tasks/base.yaml": "output_type: multiple_choice\n",
-    "run/config.yaml": "model_name: llama-tiny\n",
+    "run/config.yaml": saved_config("model_name: llama-tiny\n"),
     # a starting point: a run whose checkpoint is whole (its manifest lists nothing), refused
     # for what comes after it before its weights are read
-    "start/config.yaml": "model_name: llama-tiny\n",
+    "start/config.yaml": saved_config("model_name: llama-tiny\n"),
     "start/checkpoints/step-00000001/manifest.json": "{}",
-    "lora_run/config.yaml": "model_name: llama-tiny\nlora:\n  rank: 8\n",
+    "lora_run/config.yaml": saved_config("model_name: llama-tiny\nlora:\n  rank: 8\n"),
     "dpo_same.jsonl": '{"prompt": "Say hi.", "chosen": " hi", "rejected": " hi"}\n',
     "dpo_empty.jsonl": '{"prompt": "Say hi.", "chosen": " hi", "rejected": ""}\n',
-    "t5run/config.yaml": "model_name: t5-tiny\n",
+    "t5run/config.yaml": saved_config("model_name: t5-tiny\n"),
     "hf_damaged/config.json": "{\n",
     "hf_bert/config.json": '{"architectures": ["BertModel"], "model_type": "bert"}\n',
     "hf_list/config.json": "[]\n",

@@ -11,7 +11,7 @@ import shutil
 import pytest
 
 from core.data import DEFAULT_TOKENIZER
-from tests.support.runs import forked_zoo, snapshot, write_scratch
+from tests.support.runs import forked_zoo, saved_config, snapshot, write_scratch
 
 CHAT_ROW = json.dumps({"messages": [{"role": "user", "content": "hi"},
                                     {"role": "assistant", "content": "hello"}]}) + "\n"
@@ -33,7 +33,7 @@ FILES = {  # bytes: some are not UTF-8 on purpose
     "chat_sft.jsonl": CHAT_ROW.encode(),
     # a starting point for task=dpo: a run whose checkpoint is whole (its manifest lists
     # nothing), refused for its data before its weights are read
-    "start/config.yaml": b"model_name: llama-tiny\n",
+    "start/config.yaml": saved_config("model_name: llama-tiny\n").encode(),
     "start/checkpoints/step-00000001/manifest.json": b"{}",
 }
 BROKEN_TEMPLATE = "{% for message in messages %}{{ message['content'] }"  # never closed

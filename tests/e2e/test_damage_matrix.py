@@ -265,8 +265,6 @@ def build_cases(scratch: Path, run: Path, hf: Path) -> list[Case]:
                     for damage in INNER_DAMAGE:
                         if damage is wrong_json and not inner.endswith((".json", ".yaml")):
                             continue
-                        if damage is cut_short and inner.endswith(".yaml"):
-                            continue  # a YAML cut between keys is a valid, shorter config
                         label = f"{name}-{content}-{inner.rsplit('/', 1)[-1]}-{damage.__name__}"
                         copy = scratch / label / content
                         copy.parent.mkdir(parents=True)

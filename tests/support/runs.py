@@ -11,7 +11,14 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from core.config import SAVED_CONFIG_END
 from tests.support.paths import ROOT
+
+
+def saved_config(text: str) -> str:
+    """A run's config.yaml (or a checkpoint location's run-config.yaml) holding `text`, as
+    zoo saves one: with the line zoo writes last, without which it is refused as cut short."""
+    return f"{text}{SAVED_CONFIG_END}\n"
 
 
 def zoo_command(*args):

@@ -12,6 +12,7 @@ import pytest
 from core import goodput
 from core.errors import UserError
 from tests.support.paths import ROOT
+from tests.support.runs import saved_config
 
 
 def attempt(started, wall, resumed_from, reached, productive, at_step, **seconds):
@@ -80,7 +81,7 @@ def test_the_attempt_file_keeps_earlier_attempts_and_starts_over_when_damaged(tm
 def test_goodput_of_a_folder_that_is_not_a_run_is_one_line(tmp_path):
     with pytest.raises(UserError, match="is not a run folder"):
         goodput.run_account(str(tmp_path))
-    (tmp_path / "config.yaml").write_text("model_name: llama-tiny\n")
+    (tmp_path / "config.yaml").write_text(saved_config("model_name: llama-tiny\n"))
     with pytest.raises(UserError, match="has no goodput.json"):
         goodput.run_account(str(tmp_path))
 
@@ -110,7 +111,7 @@ def test_each_bar_starts_with_start_up_and_spans_its_attempts_wall_time():
 
 def recorded_run(folder):
     folder.mkdir()
-    (folder / "config.yaml").write_text("model_name: llama-tiny\n")
+    (folder / "config.yaml").write_text(saved_config("model_name: llama-tiny\n"))
     (folder / goodput.FILE).write_text(json.dumps({"attempts": [KILLED, RESUMED]}))
     return folder
 

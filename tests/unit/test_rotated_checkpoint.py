@@ -13,6 +13,7 @@ from core.store import location as location_lib
 from core.store.checkpoint_reader import WEIGHTS_FILE
 from core.store.location import Store
 from core.store.manifest import write_manifest
+from tests.support.runs import saved_config
 from zoo.app.saved_run import newest_weights
 
 
@@ -25,7 +26,7 @@ def saved(run, step: int, value: float) -> Store:
 
 @pytest.fixture
 def run(tmp_path):
-    (tmp_path / "config.yaml").write_text("model_name: llama-tiny\n")
+    (tmp_path / "config.yaml").write_text(saved_config("model_name: llama-tiny\n"))
     saved(tmp_path, 2, 2.0)
     return tmp_path
 

@@ -127,31 +127,37 @@ def resolve_started_run(model_name: str, overrides: list[str], config_files=()):
     return resolve_run(model_name, overrides, config_files, start=start), start
 
 
-def given_starting_point(model_name: str | None, config_files, overrides):
+def given_starting_point(model_name: str | None, config_files, overrides,
+                         kept: dict | None = None):
     """The run's `init_from`, identified: the one given, else the one of the run already in
-    its `out` (a rerun there resumes it without being told again); None: a random start."""
+    its `out` (a rerun there resumes it without being told again; `kept`: that run's config
+    where the caller read it already, see kept_config); None: a random start."""
     from core import config as config_lib
 
-    source = (config_lib.given_value("init_from", config_files, overrides)
-              or kept_init_from(config_lib.given_value("out", config_files, overrides)))
+    source = config_lib.given_value("init_from", config_files, overrides)
+    if not source:
+        out = config_lib.given_value("out", config_files, overrides)
+        source = kept_init_from(out, kept_config(out) if kept is None else kept)
     return starting_point(source, model_name) if source else None
 
 
-def kept_init_from(out: str | None) -> str | None:
-    """The starting point of the run already in `out`, which a rerun there keeps without
-    being told (`zoo train --out RUN` resumes an --init-from run); said on stderr."""
-    source = kept_setting(out, "init_from")
+def kept_init_from(out: str | None, kept: dict) -> str | None:
+    """The starting point of the run already in `out` (`kept`: its config), which a rerun
+    there keeps without being told (`zoo train --out RUN` resumes an --init-from run); said
+    on stderr."""
+    source = kept_setting(kept, "init_from")
     if source:
         print(f"note: {out} started from --init-from {source}; resuming from it",
               file=sys.stderr)
     return source
 
 
-def kept_setting(out: str | None, key: str) -> str | None:
-    """A top-level string setting of the run already in `out` (None: no run there, or not
-    set). A local run folder only: `out` is not checked yet, and a URL's is not read before
-    the run's config is (a run folder in a bucket is rerun with its model and --init-from)."""
-    from core.config import parse_yaml
+def kept_config(out: str | None) -> dict:
+    """The saved config of the run already in `out` ({}: no run there). A local run folder
+    only: `out` is not checked yet, and a URL's is not read before the run's config is (a
+    run folder in a bucket is rerun with its model and --init-from). A config cut short is
+    refused (core/config.py parse_saved)."""
+    from core.config import parse_saved
     from core.store.run_folder import RUN_CONFIG
 
     saved = Path(out, RUN_CONFIG) if out and "://" not in out else None
@@ -159,7 +165,12 @@ def kept_setting(out: str | None, key: str) -> str | None:
         text = saved.read_text() if saved and saved.is_file() else None
     except (OSError, UnicodeDecodeError):  # the resume check names what is wrong with it
         text = None
-    value = parse_yaml(text, str(saved)).get(key) if text else None
+    return parse_saved(text, str(saved)) if text is not None else {}
+
+
+def kept_setting(kept: dict, key: str) -> str | None:
+    """A top-level string setting of a run's saved config `kept` (None: not set)."""
+    value = kept.get(key)
     return value if isinstance(value, str) and value else None
 
 

@@ -8,7 +8,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from core.config import parse_yaml
+from core.config import parse_saved
 from core.errors import UserError
 from core.json_file import DamagedFile
 from core.store.checkpoint_reader import complete_steps, load_checkpoint
@@ -30,7 +30,7 @@ def load_run(path: str | Path) -> tuple[Run, RunHome]:
         raise
     except Exception as error:  # a bucket out of reach, a folder not readable
         raise UserError(f"cannot read {path}: {reason(error)}") from None
-    model_name = parse_yaml(saved[1], saved[0]).get("model_name")
+    model_name = saved[1].get("model_name")
     if not isinstance(model_name, str):
         raise UserError(f"{saved[0]} names no model (model_name); it is not a zoo run config")
     run = resolve_run(model_name, [], [saved], saved=True)
@@ -101,14 +101,19 @@ def is_saved_run(path: str) -> bool:
     return True
 
 
-def _saved_config(path: str) -> tuple[tuple[str, str], str | None]:
-    """((the run config's file, its text), the run folder when `path` is in one)."""
+def _saved_config(path: str) -> tuple[tuple[str, dict], str | None]:
+    """((the run config's file, its keys), the run folder when `path` is in one); a config
+    that is there but damaged (cut short too) is DamagedFile."""
     store = Store(path)
     for run in (store, store.parent.parent):  # a run folder, or RUN/checkpoints/step-N
         if run.exists(RUN_CONFIG):
-            return ((run / RUN_CONFIG).url, run.read_text(RUN_CONFIG)), run.url
+            return _read_saved(run, RUN_CONFIG), run.url
     for location in (store, store.parent):
         if location.exists(LOCATION_CONFIG):
-            return ((location / LOCATION_CONFIG).url, location.read_text(LOCATION_CONFIG)), None
+            return _read_saved(location, LOCATION_CONFIG), None
     raise UserError(f"{path} is neither a run folder nor a checkpoint location, nor a "
                     f"checkpoint in one (no config.yaml or {LOCATION_CONFIG})")
+
+
+def _read_saved(folder: Store, name: str) -> tuple[str, dict]:
+    return (folder / name).url, parse_saved(folder.read_text(name), (folder / name).url)

@@ -57,7 +57,7 @@ def check_resumable(cfg) -> None:
     saved = home.read(RUN_CONFIG)
     if saved is None:
         return
-    saved = config_lib.parse_yaml(saved, home.path(RUN_CONFIG))
+    saved = config_lib.parse_saved(saved, home.path(RUN_CONFIG))
     # the folder given, not the `out` saved in it: a copied or moved run reads its own files
     saved_location = saved.get("checkpoint_dir") or home.path(CHECKPOINTS)
     saved_steps = complete_steps(saved_location)
@@ -188,7 +188,7 @@ def _hold_run(cfg, home, family: ModelFamily, held: contextlib.ExitStack) -> Non
         config_lib.write_resolved(cfg, run.path)
         home.push()
         if cfg.checkpoint_dir:  # checkpoints elsewhere say which run they belong to
-            location.write_text(LOCATION_CONFIG, config_lib.to_yaml(cfg))
+            location.write_text(LOCATION_CONFIG, config_lib.saved_text(cfg))
 
 
 def describe_summary(summary: dict, out: str) -> str:
