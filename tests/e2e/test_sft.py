@@ -6,6 +6,8 @@ the same losses, which holds only when every micro-batch and process weighs its 
 trained tokens (packed rows hold different numbers of them). `zoo generate` prompts the tuned
 run through its chat template, as its end-of-run sample did."""
 
+import shutil
+
 import pytest
 import yaml
 
@@ -19,6 +21,7 @@ def test_tuning_a_run_needs_no_model_name_and_starts_from_its_weights(tuned_with
     assert f"init: weights of {pretrained_run}/checkpoints/step-00000002" in result.stdout
     config = yaml.safe_load((out / "config.yaml").read_text())
     assert (config["model_name"], config["task"]) == ("llama-tiny", "sft")
+    assert config["data"]["row_format"] == "chat"  # recorded for zoo generate
     assert "sft data: zoo/assets/instructions/train.jsonl (chat" in result.stderr
     assert "of row tokens are examples" in result.stderr
     assert "sample: '" in result.stdout and "Assistant:" in result.stdout
@@ -60,3 +63,23 @@ def test_zoo_generate_prompts_the_chat_run_as_its_end_of_run_sample_did(tuned_wi
     assert prompt_ids(raw, prompt) == raw(prompt).input_ids
     assert generate(model, chat, prompt, 40) == text
     assert generate(model, raw, prompt, 40) != text
+
+
+def test_a_run_whose_data_moved_still_generates_through_its_template(tuned_with_adapters,
+                                                                    tmp_path):
+    """zoo generate reads what the trainer recorded (data.row_format), not the data, which
+    may be gone: a copy of the run whose data.source names nothing generates as it does."""
+    out, _ = tuned_with_adapters["xla"]
+    moved = tmp_path / "run"
+    shutil.copytree(out, moved)
+    text = (moved / "config.yaml").read_text()
+    assert "  source: default\n" in text
+    (moved / "config.yaml").write_text(text.replace("  source: default\n",
+                                                    f"  source: {tmp_path}/gone.jsonl\n"))
+    from zoo.app.generate import generate, load_for_generation
+
+    prompt = 'Repeat the word "zoo".'
+    model, chat = load_for_generation(moved, prompt, 10)
+    assert chat.chat_template is not None
+    original, _ = load_for_generation(out, prompt, 10)
+    assert generate(model, chat, prompt, 10) == generate(original, chat, prompt, 10)

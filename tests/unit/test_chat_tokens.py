@@ -6,6 +6,7 @@ the difference is deliberate. A run's prompts go through its chat template exact
 was tuned on conversations (zoo/app/generate.py's tuned_on_chats)."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -106,9 +107,13 @@ def test_a_broken_template_is_blamed_on_itself_not_a_row(chatml):
 
 
 def run_on(task: str, data: dict, tmp_path):
-    rows = [data] * 2
-    return resolve_run("llama-tiny", [f"task={task}", "data.source="
-                                      + write_jsonl(tmp_path / f"{task}.jsonl", rows)])
+    """A run of `task` on two rows like `data`, resolved as its trainer resolves it (which
+    records what its rows held; DPO's starting point is named, never read here)."""
+    rows, files = [data] * 2, len(list(tmp_path.glob("*.jsonl")))  # a file per run: each is
+    start = ["init_from=start"] if task == "dpo" else []  # read once per process
+    run = resolve_run("llama-tiny", [f"task={task}", *start, "data.source="
+                                     + write_jsonl(tmp_path / f"{task}{files}.jsonl", rows)])
+    return run.with_config(run.task.resolve(run.config))
 
 
 CHAT_ROW = {"messages": [{"role": "user", "content": "hi"},
@@ -126,14 +131,31 @@ def test_a_run_is_prompted_through_its_template_exactly_when_it_tuned_on_chats(t
     assert tuned_on_chats(run_on("dpo", PAIRS["chat"], tmp_path), "run")
     assert not tuned_on_chats(run_on("dpo", PAIRS["strings"], tmp_path), "run")
     assert not tuned_on_chats(resolve_run("llama-tiny", []), "run")  # pretraining
-    assert tuned_on_chats(resolve_run("llama-tiny", ["task=sft"]), "run")  # shipped chats
+    shipped = resolve_run("llama-tiny", ["task=sft"])
+    assert tuned_on_chats(shipped.with_config(shipped.task.resolve(shipped.config)), "run")
 
 
-def test_a_run_whose_data_is_gone_says_so_in_one_line(tmp_path):
+def test_a_run_whose_data_is_gone_is_prompted_as_its_trainer_recorded(tmp_path):
     run = run_on("sft", CHAT_ROW, tmp_path)
-    (tmp_path / "sft.jsonl").unlink()
+    assert run.config.data.row_format == "chat"
+    Path(run.config.data.source).unlink()
+    assert tuned_on_chats(run, "runs/x")
+
+
+def test_a_run_that_recorded_no_row_format_says_so_in_one_line(tmp_path):
+    run = resolve_run("llama-tiny", ["task=sft"])  # as saved before zoo recorded it
     with pytest.raises(UserError) as excinfo:
         tuned_on_chats(run, "runs/x")
     message = str(excinfo.value)
-    assert message.startswith("cannot tell whether runs/x was tuned on chats")
-    assert "--raw" in message and "\n" not in message
+    assert message.startswith("cannot tell whether runs/x was tuned on chats: its config "
+                              "records no data.row_format")
+    assert "--raw" in message and "row_format: chat" in message and "\n" not in message
+
+
+def test_a_row_format_given_against_the_rows_is_refused(tmp_path):
+    run = resolve_run("llama-tiny", ["task=sft", "data.row_format=prompt-completion",
+                                     "data.source=" + write_jsonl(tmp_path / "c.jsonl",
+                                                                  [CHAT_ROW] * 2)])
+    with pytest.raises(DataError, match="data.row_format=prompt-completion, but data.source "
+                                        ".* holds chat rows; drop data.row_format"):
+        run.task.resolve(run.config)

@@ -5,9 +5,10 @@ cache makes each new token cost one position (a long generation is linear in its
 a family without one (a new model before its export is written) runs its own model over the
 whole sequence for every token.
 
-A run tuned on conversations (SFT on chat rows, DPO on chat pairs) is prompted as it was
-trained: the prompt is a user's turn rendered by the run's chat template (its tokenizer's),
-tokenized by the rule its data was (zoo/data/chat_tokens.py). `zoo train`'s end-of-run
+A run tuned on conversations (SFT on chat rows, DPO on chat pairs, as its trainer recorded
+in the run's config: data.row_format) is prompted as it was trained: the prompt is a user's
+turn rendered by the run's chat template (its tokenizer's), tokenized by the rule its data
+was (zoo/data/chat_tokens.py); the data itself is not read again. `zoo train`'s end-of-run
 sample and `zoo generate` resolve that the same way (`load_for_generation`), so for the same
 prompt and seed they print the same text; `raw` prompts the model with the text alone."""
 
@@ -24,11 +25,7 @@ from core.hf import misfit
 from core.store.checkpoint_reader import first_misfit
 from zoo.app.init_from import model_weights
 from zoo.app.saved_run import load_run, refuse_misfit
-from zoo.data import chat_tokens, dpo_data, sft_data
-
-# how each chat-prompting task's data says whether its rows were conversations
-ROW_FORMATS = {sft_data.SFTDataConfig: sft_data.source_format,
-               dpo_data.DPODataConfig: dpo_data.source_format}
+from zoo.data import chat_tokens
 
 
 def load_for_generation(path: str | Path, prompt: str = "", max_new_tokens: int = 0,
@@ -70,18 +67,17 @@ def load_for_generation(path: str | Path, prompt: str = "", max_new_tokens: int 
 
 def tuned_on_chats(run, path: str | Path) -> bool:
     """Whether the run trained on conversations rendered by its chat template: a task that
-    prompts in chat (task.chat) on data whose rows are chats."""
+    prompts in chat (task.chat) on rows its trainer recorded as chats (data.row_format; a
+    chat task's data without that key holds nothing but conversations)."""
     if not run.task.chat:
         return False
-    row_format = ROW_FORMATS.get(type(run.config.data))
-    if row_format is None:  # a chat task whose data holds nothing but conversations
-        return True
-    try:
-        return row_format(run.config.data) == "chat"
-    except UserError as error:
-        raise UserError(f"cannot tell whether {path} was tuned on chats, which its data "
-                        f"says: {error}; prompt it raw (--raw) or make the data readable "
-                        "again") from None
+    row_format = getattr(run.config.data, "row_format", "chat")
+    if row_format is None:
+        raise UserError(f"cannot tell whether {path} was tuned on chats: its config records no "
+                        "data.row_format (a run trained before zoo recorded it); prompt it raw "
+                        "(--raw), or add `row_format: chat` (or prompt-completion, what its "
+                        "rows held) under `data:` in its config.yaml")
+    return row_format == "chat"
 
 
 def prompt_ids(tokenizer, prompt: str) -> list[int]:

@@ -44,10 +44,13 @@ class DPODataConfig(SourceConfig):
     # a pair longer than seq_len (both examples together): drop it (counted), or cut_prompt:
     # cut the same number of tokens from both prompts' heads (after BOS)
     truncation: str = "drop"
+    # not a setting: what the rows held when the run trained on them (sft_data.recorded)
+    row_format: str | None = None
 
     def __post_init__(self):
         super().__post_init__()
         sft_data.check_truncation(self.truncation)
+        sft_data.check_row_format_key(self.row_format)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,14 +80,6 @@ def load_pairs(config: DPODataConfig, tokenizer, seq_len: int) -> PreferencePair
                        config.chosen_field, config.rejected_field, config.truncation, seq_len]}
     return sft_data.load_cached(PreferencePairs, options, config, tokenizer, seq_len, files,
                                 lambda: _encode_source(config, tokenizer, seq_len, files))
-
-
-def source_format(config: DPODataConfig) -> str:
-    """"chat" or "prompt-completion": what the source's rows hold, read without tokenizing
-    (how `zoo generate` knows a run was tuned on conversations)."""
-    files = sft_data.local_source(config, DEFAULT_SOURCE, "preference rows")
-    fields = [config.prompt_field, config.chosen_field, config.rejected_field]
-    return _format(sft_data.read_parts(config, files, DEFAULT_SOURCE, fields)[0], config)
 
 
 def _encode_source(config: DPODataConfig, tokenizer, seq_len: int,

@@ -43,6 +43,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_SOURCE = Path(__file__).resolve().parents[1] / "assets" / "instructions" / "train.jsonl"
 TRAIN_ON = ("auto", "completion", "assistant", "all")
 TRUNCATION = ("drop", "cut_prompt")
+ROW_FORMATS = ("chat", "prompt-completion")
 CHUNK = 1024  # rows tokenized per call (a fast tokenizer spreads a call over all cores)
 Examples = TypeVar("Examples")  # SFTExamples, or another loader's (tokens, trained, starts, ...)
 
@@ -62,6 +63,9 @@ class SFTDataConfig(SourceConfig):
     # (after BOS) so the completion, or a chat's last assistant turn, stays whole
     truncation: str = "drop"
     packing: bool = True  # several examples per row (segment ids keep them apart)
+    # not a setting: what the rows held when the run trained on them (ROW_FORMATS), recorded
+    # then (`recorded`) so `zoo generate` prompts the run as it trained, data gone or not
+    row_format: str | None = None
 
     def __post_init__(self):
         super().__post_init__()
@@ -69,6 +73,25 @@ class SFTDataConfig(SourceConfig):
             raise ValueError(f"data.train_on must be one of {', '.join(TRAIN_ON)}, "
                              f"not {self.train_on!r}")
         check_truncation(self.truncation)
+        check_row_format_key(self.row_format)
+
+
+def check_row_format_key(row_format: str | None) -> None:
+    """data.row_format, which SFT and DPO data record, refused in one line if unknown."""
+    if row_format not in (None, *ROW_FORMATS):
+        raise ValueError(f"data.row_format must be one of {', '.join(ROW_FORMATS)} (zoo "
+                         f"records it when it trains), not {row_format!r}")
+
+
+def recorded(config, row_format: str):
+    """`config` (SFT or DPO data) recording `row_format`, what its rows held as the trainer
+    read them; one line when the config said otherwise (a saved run's config given again
+    for other data)."""
+    if config.row_format not in (None, row_format):
+        raise DataError(f"data.row_format={config.row_format}, but data.source "
+                        f"{config.source} holds {row_format} rows; drop data.row_format "
+                        "(zoo records what the rows hold)")
+    return dataclasses.replace(config, row_format=row_format)
 
 
 def check_truncation(truncation: str) -> None:
@@ -148,15 +171,6 @@ def local_source(config, default: Path, rows: str) -> list[str] | None:
     return data.local_files(str(default) if config.source == "default" else config.source)
 
 
-def source_format(config: SFTDataConfig) -> str:
-    """"chat" or "prompt-completion": what the source's columns hold, read without
-    tokenizing (how `zoo generate` knows a run was tuned on conversations)."""
-    files = local_source(config, DEFAULT_SOURCE, "instruction rows")
-    fields = [config.messages_field, config.prompt_field, config.completion_field]
-    parts, _ = read_parts(config, files, DEFAULT_SOURCE, fields)
-    return one_format(parts, config.source, lambda part: _part_format(part, config))
-
-
 # ---------------------------------------------------------------- cache
 
 
@@ -223,7 +237,8 @@ def read_once(load):
     memo: dict[str, object] = {}
 
     def read(data, seq_len: int):
-        key = repr((dataclasses.asdict(data), seq_len))
+        # the rows' format, once recorded, is no other source
+        key = repr((dataclasses.replace(data, row_format=None), seq_len))
         if key not in memo:
             if len(memo) >= 4:
                 memo.pop(next(iter(memo)))

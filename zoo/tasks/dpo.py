@@ -33,7 +33,7 @@ from core.task import Placed, Task
 from zoo.data.dpo_batches import DPOBatches
 from zoo.data.dpo_data import DPODataConfig, describe, load_pairs
 from zoo.data.packing import example_documents
-from zoo.data.sft_data import read_once
+from zoo.data.sft_data import read_once, recorded
 from zoo.tasks.causal_lm import CausalLM, LMTrainConfig, documents, with_token_ids
 from zoo.tasks.variant import TaskVariant, on_top_of
 
@@ -114,6 +114,7 @@ class DirectPreference(CausalLM):
         pairs = _pairs(config.data, config.seq_len)
         print(f"dpo data: {describe(pairs, config.data.truncation)}", file=sys.stderr)
         tokenizer = load_tokenizer(config.data.tokenizer)
+        config = dataclasses.replace(config, data=recorded(config.data, pairs.format))
         return with_token_ids(config, tokenizer, ("bos_token_id", "eos_token_id", "pad_token_id"))
 
     def data(self, config: DPOTrainConfig, process_index: int, process_count: int) -> DPOBatches:

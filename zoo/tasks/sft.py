@@ -17,7 +17,7 @@ import sys
 
 from core.data import DataError, check_vocab, load_tokenizer
 from zoo.data.sft_batches import SFTBatches
-from zoo.data.sft_data import SFTDataConfig, describe, load_examples, read_once
+from zoo.data.sft_data import SFTDataConfig, describe, load_examples, read_once, recorded
 from zoo.tasks.causal_lm import CausalLM, LMTrainConfig, with_token_ids
 from zoo.tasks.variant import TaskVariant, on_top_of
 
@@ -44,6 +44,7 @@ class SupervisedFineTuning(CausalLM):
         examples = _examples(config.data, config.seq_len)
         print(f"sft data: {describe(examples, config.data.truncation)}", file=sys.stderr)
         tokenizer = load_tokenizer(config.data.tokenizer)
+        config = dataclasses.replace(config, data=recorded(config.data, examples.format))
         return with_token_ids(config, tokenizer, ("bos_token_id", "eos_token_id", "pad_token_id"))
 
     def check_model(self, data: SFTDataConfig) -> None:
