@@ -10,11 +10,19 @@ it built off the meta device: a refusal that built none did no model work, which
 "quick" means here, however busy the machine (a command that hangs is killed after
 TIMEOUT_S).
 Usage (from the repo root): python -m tests.support.forked_cli COMMANDS.json OUT.json
-(COMMANDS.json: a list of argument lists, e.g. [["train", "nosuchmodel"]])"""
+(COMMANDS.json: a list of argument lists, e.g. [["train", "nosuchmodel"]]).
+
+`--serve SOCKET` serves the end-to-end tests' `zoo` commands one request at a time instead
+(tests/support/zoo_server.py is the client): each a fork that becomes the command as
+`python -c "from tools.cli import main; main()"` would run it, to its normal exit (threads
+joined, atexit handlers run), in the environment and folder the request names."""
 
 import json
 import os
+import selectors
+import shutil
 import signal
+import socket
 import sys
 import tempfile
 import time
@@ -132,5 +140,78 @@ def main(commands_file: str, out_file: str) -> None:
     Path(out_file).write_text(json.dumps(results))
 
 
+def serve(socket_path: str) -> None:
+    """Answer each connection's request ({"args", "env", "cwd", "timeout"}) with its
+    command's {"returncode", "stdout", "stderr"} (or {"timed_out": true}) once it ends.
+    Ends when the process that started it does."""
+    parent, scratch = os.getppid(), Path(tempfile.mkdtemp(prefix="zoo-server-"))
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(socket_path)
+    listener.listen()
+    selector = selectors.DefaultSelector()
+    selector.register(listener, selectors.EVENT_READ)
+    running: dict[int, tuple] = {}  # pid -> (connection, stdout file, stderr file, deadline)
+    while os.getppid() == parent:
+        for _ in selector.select(timeout=0.02):
+            connection, _ = listener.accept()
+            request = json.loads(connection.makefile().readline())
+            out, err = (scratch / f"{len(running)}-{time.monotonic_ns()}.{kind}"
+                        for kind in ("out", "err"))
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                selector.close()
+                listener.close()
+                connection.close()
+                become(request, out, err)
+                return  # to the interpreter's normal exit, as the command's own process
+            running[pid] = (connection, out, err, time.monotonic() + request["timeout"])
+        answer_ended(running)
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
+def become(request: dict, out: Path, err: Path) -> None:
+    """This fork turns into the requested `zoo` command: its environment, folder, argv and
+    standard streams; the command's SystemExit (or uncaught exception) ends the process."""
+    os.environ.clear()
+    os.environ.update(request["env"])
+    os.chdir(request["cwd"])
+    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+    for fd, path in ((1, out), (2, err)):
+        os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_DFL)
+    sys.argv = ["-c", *request["args"]]
+    from tools.cli import main
+
+    main()
+
+
+def answer_ended(running: dict) -> None:
+    """Send each ended command's answer; kill one past its deadline."""
+    for pid, (connection, out, err, deadline) in list(running.items()):
+        ended, status = os.waitpid(pid, os.WNOHANG)
+        if not ended:
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                answer = {"timed_out": True}
+            else:
+                continue
+        else:
+            answer = {"returncode": os.waitstatus_to_exitcode(status),
+                      "stdout": out.read_text(errors="replace"),
+                      "stderr": err.read_text(errors="replace")}
+        del running[pid]
+        with connection:
+            connection.sendall(json.dumps(answer).encode())
+        for path in (out, err):
+            path.unlink(missing_ok=True)
+
+
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    if sys.argv[1] == "--serve":
+        serve(sys.argv[2])
+    else:
+        main(*sys.argv[1:])

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from core.config import SAVED_CONFIG_END
 from tests.support.paths import ROOT
+from tests.support.zoo_server import server_for
 
 
 def saved_config(text: str) -> str:
@@ -30,7 +31,13 @@ def env():
 
 
 def zoo(*args, timeout=600):
-    return subprocess.run(zoo_command(*args), env=env(), cwd=ROOT, capture_output=True,
+    """`zoo *args` to its end: a fork of this worker's zoo server where it serves this
+    environment (tests/support/zoo_server.py), else a new interpreter."""
+    environment = env()
+    server = server_for(environment)
+    if server:
+        return server.run(list(args), environment, timeout)
+    return subprocess.run(zoo_command(*args), env=environment, cwd=ROOT, capture_output=True,
                           text=True, timeout=timeout)
 
 

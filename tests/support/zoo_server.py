@@ -1,0 +1,75 @@
+"""The end-to-end tests' `zoo` commands, each a fork of one server process per test worker
+that has imported torch, torch_xla and the CLI once (tests/support/forked_cli.py --serve):
+about 10 CPU-s of start-up a command, paid once. The fork is otherwise the command a user
+runs: its own process, environment, folder, exit status and output, ended by the
+interpreter's normal exit. A command whose environment is not the one the server was
+started in (a test that set a variable some library reads when imported) runs as a new
+interpreter instead; so does one a test signals (tests/support/runs.py popen_zoo)."""
+
+from __future__ import annotations
+
+import atexit
+import json
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from tests.support.paths import ROOT
+
+START_TIMEOUT_S = 300  # its imports, on a busy machine
+# set by pytest for every test: the one variable that may differ from the server's
+PER_TEST = ("PYTEST_CURRENT_TEST",)
+
+
+class ZooServer:
+    def __init__(self, env: dict):
+        self.env = env
+        folder = Path(tempfile.mkdtemp(prefix="zoo-server-"))
+        self.socket_path, self.log = str(folder / "socket"), folder / "log"
+        with open(self.log, "w") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "tests.support.forked_cli", "--serve", self.socket_path],
+                env=env, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+        atexit.register(self.process.kill)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not Path(self.socket_path).exists():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the zoo server did not start:\n{self.log.read_text()[-3000:]}")
+            time.sleep(0.1)
+
+    def serves(self, env: dict) -> bool:
+        return (self.process.poll() is None
+                and _without(env, PER_TEST) == _without(self.env, PER_TEST))
+
+    def run(self, args: list[str], env: dict, timeout: float) -> subprocess.CompletedProcess:
+        request = {"args": args, "env": env, "cwd": str(ROOT), "timeout": timeout}
+        with socket.socket(socket.AF_UNIX) as connection:
+            connection.connect(self.socket_path)
+            connection.sendall(json.dumps(request).encode() + b"\n")
+            answer = json.loads(connection.makefile().read())
+        if answer.get("timed_out"):
+            raise subprocess.TimeoutExpired(["zoo", *args], timeout)
+        return subprocess.CompletedProcess(["zoo", *args], answer["returncode"],
+                                           answer["stdout"], answer["stderr"])
+
+
+def _without(env: dict, keys: tuple) -> dict:
+    return {k: v for k, v in env.items() if k not in keys}
+
+
+_server: ZooServer | None = None
+_starting = threading.Lock()  # two commands side by side may ask for it at once
+
+
+def server_for(env: dict) -> ZooServer | None:
+    """This worker's server, started on first use with `env`; None when it serves another
+    environment than `env`."""
+    global _server
+    with _starting:
+        if _server is None:
+            _server = ZooServer(env)
+    return _server if _server.serves(env) else None
