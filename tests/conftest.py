@@ -61,6 +61,13 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     if config.getoption("store_scope_seconds") and not hasattr(config, "workerinput"):
         config.pluginmanager.register(ScopeSeconds(), "scope-seconds")
+    if hasattr(config, "workerinput"):  # one worker of two, one per core
+        import torch
+
+        # torch's own eager work in this process on one thread: two threads a worker spun
+        # waiting on the core the other worker holds (bf16 training in test_precision.py:
+        # 13 s alone, 61 s in the suite)
+        torch.set_num_threads(1)
 
 
 class ScopeSeconds:

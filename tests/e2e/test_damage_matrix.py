@@ -27,7 +27,7 @@ import click
 import pytest
 
 from tests.support.paths import ROOT
-from tests.support.runs import forked_zoo
+from tests.support.runs import forked_zoo, zoo
 from tools.cli import cli
 from tools.options import PathArg
 
@@ -338,9 +338,8 @@ def matrix(tmp_path_factory):
     """Every case's command, forked; {case id: (case, result)}, and what each case changed."""
     root = tmp_path_factory.mktemp("matrix")
     base, scratch = root / "base", root / "cases"
-    trained = forked_zoo([["train", "llama-tiny", "--steps", "1", "seq_len=64",
-                           "--out", str(base / "run")]], root)[0]
-    assert trained["returncode"] == 0, trained["stderr"][-3000:]
+    trained = zoo("train", "llama-tiny", "--steps", "1", "seq_len=64", "--out", str(base / "run"))
+    assert trained.returncode == 0, trained.stderr[-3000:]
     tiny_hf_folder(base / "hf")
     scratch.mkdir()
     cases = [c for c in build_cases(scratch, base / "run", base / "hf")
