@@ -96,9 +96,9 @@ def _train_here(request: TrainRequest, echo: Callable[[str], object]) -> None:
              "init_from": request.init_from}
     overrides = [f"{k}={v}" for k, v in flags.items() if v is not None] + list(request.overrides)
     # no model named: the starting point's, or the one of the run being rerun in `out`
-    kept = None if request.init_from else kept_config(
+    kept = {} if request.init_from else kept_config(
         given_value("out", request.config_files, overrides))
-    model = request.model or (kept_setting(kept, "model_name") if kept is not None else None)
+    model = request.model or kept_setting(kept, "model_name")
     start = given_starting_point(model, request.config_files, overrides, kept)
     model = model or (start.model_name if start else None)
     if model is None:
