@@ -73,3 +73,26 @@ def plain_causal_attention(q, k, v, segment_ids=None, window=None):
     weights = torch.exp(scores.float() - scores.amax(-1, keepdim=True).detach().float())
     out = torch.einsum("bhqk,bhkd->bhqd", weights.to(v.dtype), v)
     return (out.float() / weights.sum(-1, keepdim=True)).to(v.dtype)
+
+
+def attention_at_positions(q, k, v, q_pos, k_pos, window=None):
+    """Attention of queries at given positions over a cache of keys at given positions (a
+    sampler's decode step): q [batch, heads, queries, head_dim]; k, v [batch, keys,
+    kv_heads, head_dim] as a cache stores them; q_pos [batch, queries], k_pos [batch, keys]
+    (-1: an empty column). A key is seen by a query at or after its position, within
+    `window` (> 0) of it. Grouped-query heads read their shared key head by a grouped einsum,
+    not a copy of the cache per head; the softmax is `plain_causal_attention`'s (finite floor,
+    detached max, divide after), so a query that sees no key gives no NaN."""
+    batch, heads, queries, head_dim = q.shape
+    kv_heads = k.shape[2]
+    grouped = q.view(batch, kv_heads, heads // kv_heads, queries, head_dim)
+    scores = torch.einsum("bngqd,bknd->bngqk", grouped, k) * (1 / math.sqrt(head_dim))
+    distance = q_pos[:, :, None] - k_pos[:, None, :]
+    seen = (k_pos[:, None, :] >= 0) & (distance >= 0)
+    if window is not None:
+        seen = seen & ((distance < window) | (window <= 0))
+    scores = torch.where(seen[:, None, None], scores, torch.full_like(scores, -1e30))
+    weights = torch.exp(scores.float() - scores.amax(-1, keepdim=True).detach().float())
+    out = torch.einsum("bngqk,bknd->bngqd", weights.to(v.dtype), v)
+    out = (out.float() / weights.sum(-1, keepdim=True)).to(v.dtype)
+    return out.reshape(batch, heads, queries, head_dim)

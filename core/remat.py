@@ -7,6 +7,7 @@ Models build their repeated blocks as a `LayerStack`; everything else is decided
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 
@@ -94,11 +95,24 @@ class LayerStack(nn.ModuleList):
     depth: int | None = None  # the number of stacked layers, once their weights are stacked
     _step_fn = None
     _extra_dtypes: tuple = ()  # the dtypes of the extras the scan carries as fp32
+    _unrolled = 0  # > 0 while some caller needs each layer called on its own (`unrolled`)
 
     def forward(self, hidden: torch.Tensor, *extras):
-        if self.scan and hidden.device.type == "xla":
+        if self.scan and hidden.device.type == "xla" and not LayerStack._unrolled:
             return self._scan(hidden, extras)
         return self._run(self._head_calls() + self._tail_calls(), hidden, extras)
+
+    @staticmethod
+    @contextlib.contextmanager
+    def unrolled():
+        """Every stack runs its layers one call each (stacked weights kept, sliced per
+        layer) while in this context: a sampler's cache is handed to the layers in call
+        order, which one scan body cannot follow."""
+        LayerStack._unrolled += 1
+        try:
+            yield
+        finally:
+            LayerStack._unrolled -= 1
 
     def stack_weights(self) -> None:
         """Keep each weight of the alike tail's layers as one [layers, ...] parameter of

@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # the CLI imports this: keep torch and transformers out of it
 
     from core.mesh import MeshConfig
     from core.remat import RematConfig
+    from core.sampler.cache import LayerLayout
     from core.topology import Topology
     from zoo.tasks.variant import TaskVariant
 
@@ -140,6 +141,9 @@ class ModelFamily(Generic[ModelConfig]):
     # (model config, total parameters) -> parameters one token runs through (a mixture of
     # experts: the router and k experts per layer); None: all of them
     active_parameters: Callable[[ModelConfig, int], int] | None = None
+    # the device sampler's KV cache (core/sampler): one entry per attention call of a
+    # forward, in call order; None: the family has no device sampler (host generation only)
+    cache_layout: Callable[[ModelConfig], list[LayerLayout]] | None = None
 
     def build(self, config: ModelConfig, init: bool = True, seed: int = 0) -> torch.nn.Module:
         """The model for `config`, weights initialised from `seed` (or left as allocated:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from core.attention import causal_attention
+from core.attention import attention_at_positions, causal_attention
 from core.backends.xla.ops import flash_attention
 from core.remat import checkpoint_name
 from zoo.common.decoder_config import DecoderConfig
@@ -15,6 +15,9 @@ from zoo.common.rope import apply_rope
 
 
 class Attention(nn.Module):
+    # the sampler's cache (core/sampler/cache.py) while it generates; None in training
+    kv_cache = None
+
     def __init__(self, config: DecoderConfig):
         super().__init__()
         self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
@@ -31,6 +34,12 @@ class Attention(nn.Module):
         run the flash kernel)."""
         q, k, v = self.heads_qkv(x)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if self.kv_cache is not None:
+            cached = self.kv_cache.next().update(k=k.transpose(1, 2), v=v.transpose(1, 2))
+            if cached is not None:  # a decode step: attend over the whole cache
+                return self.o_proj(attention_at_positions(
+                    q, cached.streams["k"], cached.streams["v"], cached.query_positions,
+                    cached.key_positions, window))
         groups = self.heads // self.kv_heads
         k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
         if self.use_flash:

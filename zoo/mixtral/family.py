@@ -9,6 +9,7 @@ from zoo.common.decoder_costs import (
     moe_active_parameters,
     moe_forward_flops,
 )
+from zoo.common.generation import gqa_layout
 from zoo.mixtral.config import SIZES, MixtralConfig
 from zoo.mixtral.hf import config_from_hf, load_hf
 from zoo.mixtral.model import MixtralForCausalLM
@@ -34,4 +35,5 @@ FAMILY = ModelFamily(
     load_hf=load_hf,
     for_slice=for_slice,
     active_parameters=moe_active_parameters,
+    cache_layout=gqa_layout,
 )

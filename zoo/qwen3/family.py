@@ -5,6 +5,7 @@ from pathlib import Path
 
 from zoo.common.attention_kernel import for_slice
 from zoo.common.decoder_costs import activation_bytes, forward_flops
+from zoo.common.generation import gqa_layout
 from zoo.common.hf_weights import load_hf
 from zoo.qwen3.config import SIZES, Qwen3Config
 from zoo.qwen3.hf import config_from_hf
@@ -29,4 +30,5 @@ FAMILY = ModelFamily(
     config_from_hf=config_from_hf,
     load_hf=load_hf,
     for_slice=for_slice,
+    cache_layout=gqa_layout,
 )
