@@ -89,10 +89,43 @@ def test_logprobs_equal_the_trainers_forward(models):
         torch.testing.assert_close(torch.tensor(logprobs), expected, atol=1e-5, rtol=0)
 
 
-def test_stacked_weights_give_the_same_tokens(models):
+def test_stacked_weights_give_the_same_tokens():
     """A scan preset's stacked weights (one template module for all layers) take their
-    caches in call order: the same tokens as per-layer modules."""
-    family, config, ours, _ = models
+    caches in call order: the same tokens as per-layer modules (llama's layers; every family
+    stacks them alike)."""
+    family, config = CASES["llama"]
+    ours = family.build(config, seed=0)
     stacked = family.build(config, seed=0)
     apply_remat(stacked, RematConfig(scan=list(family.layer_stacks)))
     assert generate(family, config, stacked).tokens == generate(family, config, ours).tokens
+
+
+def decode(ids: list[int]) -> str:
+    """Token ids as text where no id's text is inside another's: "<5><17>"."""
+    return "".join(f"<{i}>" for i in ids)
+
+
+def test_stop_ids_and_strings_end_rows_early():
+    """A stop id ends a row at its first occurrence (on the device), a stop string spanning
+    two tokens at the token that completes it (on the host, every `check_every` tokens);
+    the rows that meet neither run to the limit."""
+    family, config = CASES["llama"]
+    model = family.build(config, seed=0)
+    full = generate(family, config, model).tokens
+    stop_id = full[0][5]
+    by_id = generate(family, config, model,
+                     SamplingParams(max_new_tokens=NEW_TOKENS, stop_token_ids=(stop_id,)))
+    for tokens, ended in zip(full, by_id.tokens, strict=True):
+        cut = tokens.index(stop_id) + 1 if stop_id in tokens else NEW_TOKENS
+        assert ended == tokens[:cut]
+    assert by_id.finish[0] == "stop"
+    stop = decode(full[1][8:10])
+    by_string = Sampler(model, family.cache_layout(config), shape=SHAPE).generate(
+        PROMPTS, SamplingParams(max_new_tokens=NEW_TOKENS, stop_strings=(stop,), check_every=4),
+        decode=decode)
+    first = decode(full[1]).index(stop)
+    assert len(decode(full[1][:10])) == first + len(stop)  # its first occurrence
+    assert by_string.tokens[1] == full[1][:10] and by_string.finish[1] == "stop"
+    for row in (0, 2):
+        if stop not in decode(full[row]):
+            assert by_string.tokens[row] == full[row] and by_string.finish[row] == "length"
