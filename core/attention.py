@@ -78,11 +78,12 @@ def plain_causal_attention(q, k, v, segment_ids=None, window=None):
 def attention_at_positions(q, k, v, q_pos, k_pos, window=None):
     """Attention of queries at given positions over a cache of keys at given positions (a
     sampler's decode step): q [batch, heads, queries, head_dim]; k, v [batch, keys,
-    kv_heads, head_dim] as a cache stores them; q_pos [batch, queries], k_pos [batch, keys]
-    (-1: an empty column). A key is seen by a query at or after its position, within
-    `window` (> 0) of it. Grouped-query heads read their shared key head by a grouped einsum,
-    not a copy of the cache per head; the softmax is `plain_causal_attention`'s (finite floor,
-    detached max, divide after), so a query that sees no key gives no NaN."""
+    kv_heads, head_dim] as a cache stores them (v's head_dim may differ: MLA's); q_pos
+    [batch, queries], k_pos [batch, keys] (-1: an empty column). A key is seen by a query at
+    or after its position, within `window` (> 0) of it. Grouped-query heads read their shared
+    key head by a grouped einsum, not a copy of the cache per head; the softmax is
+    `plain_causal_attention`'s (finite floor, detached max, divide after), so a query that
+    sees no key gives no NaN."""
     batch, heads, queries, head_dim = q.shape
     kv_heads = k.shape[2]
     grouped = q.view(batch, kv_heads, heads // kv_heads, queries, head_dim)
@@ -95,4 +96,4 @@ def attention_at_positions(q, k, v, q_pos, k_pos, window=None):
     weights = torch.exp(scores.float() - scores.amax(-1, keepdim=True).detach().float())
     out = torch.einsum("bngqk,bknd->bngqd", weights.to(v.dtype), v)
     out = (out.float() / weights.sum(-1, keepdim=True)).to(v.dtype)
-    return out.reshape(batch, heads, queries, head_dim)
+    return out.reshape(batch, heads, queries, v.shape[-1])

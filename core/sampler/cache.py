@@ -1,10 +1,12 @@
 """The KV cache a sampler keeps on the device, laid out by the model family.
 
 A family describes what each attention call keeps per token (`LayerLayout`: its `Stream`s,
-full keys and values for grouped-query attention). While the sampler runs, every attention
-module whose class declares `kv_cache = None` holds this cache, and each forward hands
-the layers their caches in call order (`next`): per-module state could not tell the layers
-of a scanned stack apart (one template module serves them all), the call order can."""
+full keys and values for grouped-query attention, MLA's compressed latent) and whether the
+layer sees only a sliding window (then a ring of `window` slots holds its last keys). While
+the sampler runs, every attention module whose class declares `kv_cache = None` holds this
+cache, and each forward hands the layers their caches in call order (`next`): per-module
+state could not tell the layers of a scanned stack apart (one template module serves them
+all), the call order can."""
 
 from __future__ import annotations
 
@@ -27,7 +29,11 @@ class Stream:
 
 @dataclasses.dataclass(frozen=True)
 class LayerLayout:
+    """A layer's streams; `window` > 0: it attends to its last `window` positions only, so
+    `window` slots suffice (a ring) when the cache is longer."""
+
     streams: tuple[Stream, ...]
+    window: int = 0
 
 
 class CacheOrderError(RuntimeError):
@@ -37,7 +43,7 @@ class CacheOrderError(RuntimeError):
 @dataclasses.dataclass
 class Cached:
     """What a decode step's attention reads: every stream whole, with the position each
-    column holds (-1: empty) and the position of each query."""
+    slot holds (-1: empty) and the position of each query."""
 
     streams: dict[str, torch.Tensor]
     key_positions: torch.Tensor  # [rows, slots]
@@ -45,39 +51,57 @@ class Cached:
 
 
 class LayerCache:
-    def __init__(self, owner: GenerationCache, streams: dict[str, torch.Tensor]):
-        self.owner, self.streams = owner, streams
+    def __init__(self, owner: GenerationCache, streams: dict[str, torch.Tensor], ring: int):
+        self.owner, self.streams, self.ring = owner, streams, ring
 
     def update(self, **columns: torch.Tensor) -> Cached | None:
         """Write this forward's columns ([rows, tokens, *per_token] per stream). Prefill
-        writes columns 0.. of the right-padded prompts and returns None: the model attends
-        as in training. A decode step writes one column per row, at its position, and returns
-        the whole cache to attend over."""
+        writes the right-padded prompts (a ring: each slot's latest prompt column) and returns
+        None: the model attends as in training. A decode step writes one column per row, at
+        its position (a ring: position mod window), and returns the whole cache."""
         if columns.keys() != self.streams.keys():
             raise CacheOrderError(f"a layer wrote streams {sorted(columns)}; its layout has "
                                   f"{sorted(self.streams)}")
         owner = self.owner
-        if owner.cursor is None:
-            for name, value in columns.items():
-                self.streams[name][:, :value.shape[1]] = value.to(self.streams[name].dtype)
-            return None
         for name, value in columns.items():
             stream = self.streams[name]
-            stream.index_put_((owner.row_index, owner.cursor), value[:, 0].to(stream.dtype))
-        return Cached(self.streams, owner.key_positions, owner.cursor[:, None])
+            value = value.to(stream.dtype)
+            if owner.cursor is None and self.ring:
+                index = owner.ring_columns[self.ring]
+                index = index.view(*index.shape, *[1] * (value.dim() - 2))
+                stream.copy_(value.gather(1, index.expand(-1, -1, *value.shape[2:])))
+            elif owner.cursor is None:
+                stream[:, :value.shape[1]] = value
+            else:
+                slot = owner.cursor % self.ring if self.ring else owner.cursor
+                stream.index_put_((owner.row_index, slot), value[:, 0])
+        if owner.cursor is None:
+            return None
+        positions = owner.ring_positions[self.ring] if self.ring else owner.key_positions
+        return Cached(self.streams, positions, owner.cursor[:, None])
 
 
 class GenerationCache:
-    """The caches of every layer for `rows` rows of `slots` columns: column c holds the
-    token at position c (prompts right-padded, so positions equal columns)."""
+    """The caches of every layer for `rows` rows: a full layer's slot c holds the token at
+    position c (prompts right-padded, so positions equal columns); a ring layer's slot s the
+    latest position p with p mod window = s."""
 
     def __init__(self, layout: list[LayerLayout], rows: int, slots: int, dtype: torch.dtype,
                  device: torch.device):
-        self.layers = [LayerCache(self, {
-            stream.name: torch.zeros(rows, slots, *stream.per_token, dtype=dtype, device=device)
-            for stream in layer.streams}) for layer in layout]
+        self.layers = []
+        for layer in layout:
+            ring = layer.window if 0 < layer.window < slots else 0
+            self.layers.append(LayerCache(self, {
+                stream.name: torch.zeros(rows, ring or slots, *stream.per_token, dtype=dtype,
+                                         device=device)
+                for stream in layer.streams}, ring))
         self.row_index = torch.arange(rows, device=device)
         self.key_positions = torch.arange(slots, device=device).expand(rows, slots)
+        # per window: the position each slot holds, shared by the layers with that window,
+        # and at prefill the prompt column each slot takes
+        self.ring_positions = {layer.ring: torch.full((rows, layer.ring), -1, device=device)
+                               for layer in self.layers if layer.ring}
+        self.ring_columns: dict[int, torch.Tensor] = {}
         self.cursor: torch.Tensor | None = None
         self.handed_out = 0
 
@@ -93,10 +117,25 @@ class GenerationCache:
             for module in hooked:
                 del module.kv_cache
 
+    def prefill(self, lengths: torch.Tensor):
+        """The forward of right-padded prompts of `lengths` [rows] tokens."""
+        for ring, positions in self.ring_positions.items():
+            slots = torch.arange(ring, device=lengths.device)
+            back = lengths[:, None] - 1 - slots  # how far before the last prompt token
+            latest = slots + torch.div(back, ring, rounding_mode="floor") * ring
+            positions.copy_(torch.where(back >= 0, latest, -1))
+            self.ring_columns[ring] = latest.clamp(min=0)
+        return self._forward(None)
+
+    def decode(self, cursor: torch.Tensor):
+        """A decode step writing each row's new column at position `cursor` [rows]."""
+        for ring, positions in self.ring_positions.items():
+            positions.index_put_((self.row_index, cursor % ring), cursor)
+        return self._forward(cursor)
+
     @contextlib.contextmanager
-    def forward_pass(self, cursor: torch.Tensor | None = None):
-        """One forward of the model: a prefill (`cursor` None) or a decode step writing each
-        row's new column at `cursor` [rows]. Every layer must take its cache exactly once."""
+    def _forward(self, cursor: torch.Tensor | None):
+        """One forward of the model, in which every layer takes its cache exactly once."""
         self.cursor, self.handed_out = cursor, 0
         yield
         if self.handed_out != len(self.layers):

@@ -173,7 +173,7 @@ class Sampler:
     def _prefill(self, cache, ids, lengths, padding, max_new_tokens, draw) -> DecodeState:
         """The prompts' forward (writing their keys and values) and each row's first token,
         sampled from the hidden state of its last prompt token."""
-        with cache.forward_pass():
+        with cache.prefill(lengths):
             hidden = self.model.hidden_states(ids)
         index = (lengths - 1)[:, None, None].expand(-1, 1, hidden.shape[-1])
         logits = self.model.logits(hidden.gather(1, index)[:, 0])
@@ -193,7 +193,7 @@ class Sampler:
     def _decode(self, cache, state: DecodeState, hits, draw) -> DecodeState:
         """One token for every row: the last token at its position in, the next one out. A
         row done before the step keeps its tokens and its place."""
-        with cache.forward_pass(state.cur):
+        with cache.decode(state.cur):
             hidden = self.model.hidden_states(state.last[:, None].long(), None,
                                               state.cur[:, None])
         token, logprob = choose(self.model.logits(hidden[:, 0]), greedy=draw.greedy,

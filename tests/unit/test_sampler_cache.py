@@ -54,14 +54,14 @@ def two_layer_cache():
 def test_a_forward_that_skips_a_layer_is_refused():
     cache = two_layer_cache()
     with pytest.raises(CacheOrderError, match="used 1 layer caches of 2"):
-        with cache.forward_pass():
+        with cache.prefill(torch.tensor(LENGTHS)):
             cache.next()
 
 
 def test_a_forward_that_repeats_a_layer_is_refused():
     cache = two_layer_cache()
     with pytest.raises(CacheOrderError, match="more than the 2 layer caches"):
-        with cache.forward_pass():
+        with cache.prefill(torch.tensor(LENGTHS)):
             for _ in range(3):
                 cache.next()
 
@@ -70,9 +70,38 @@ def test_decode_writes_each_rows_column_at_its_position():
     cache = two_layer_cache()
     columns = torch.randn(BATCH, 1, KV_HEADS, DIM)
     cursor = torch.tensor([4, 0, 9])
-    with cache.forward_pass(cursor):
+    with cache.decode(cursor):
         cached = cache.next().update(k=columns, v=columns)
         cache.next().update(k=columns, v=columns)
     for row, column in enumerate(cursor.tolist()):
         torch.testing.assert_close(cached.streams["k"][row, column], columns[row, 0])
     assert torch.equal(cached.query_positions, cursor[:, None])
+
+
+def test_a_window_as_long_as_the_cache_needs_no_ring():
+    layer = LayerLayout((Stream("k", (KV_HEADS, DIM), ()),), window=4)
+    cache = GenerationCache([layer], rows=3, slots=4, dtype=torch.float32,
+                            device=torch.device("cpu"))
+    assert cache.layers[0].ring == 0 and not cache.ring_positions
+
+
+def test_a_ring_keeps_each_slots_latest_prompt_position_then_wraps():
+    """Window 4, prompts shorter than it, as long and longer (slot s: the latest prompt
+    position p with p mod 4 = s); a decode step writes position p at slot p mod 4."""
+    per_token = (KV_HEADS, DIM)
+    layer = LayerLayout((Stream("k", per_token, ()),), window=4)
+    cache = GenerationCache([layer], rows=3, slots=12, dtype=torch.float32,
+                            device=torch.device("cpu"))
+    keys = torch.arange(SEQ, dtype=torch.float32)[None, :, None, None].expand(3, SEQ, *per_token)
+    with cache.prefill(torch.tensor([3, 4, 9])):
+        assert cache.next().update(k=keys) is None
+    expected = torch.tensor([[0, 1, 2, -1], [0, 1, 2, 3], [8, 5, 6, 7]])
+    assert torch.equal(cache.ring_positions[4], expected)
+    stored = cache.layers[0].streams["k"][:, :, 0, 0]
+    assert torch.equal(stored, expected.clamp(min=0).float())
+    with cache.decode(torch.tensor([3, 4, 9])):
+        cached = cache.next().update(k=torch.full((3, 1, *per_token), -5.0))
+    assert torch.equal(cached.key_positions, torch.tensor([[0, 1, 2, 3], [4, 1, 2, 3],
+                                                           [8, 9, 6, 7]]))
+    assert torch.equal(cached.streams["k"][:, :, 0, 0],
+                       torch.tensor([[0, 1, 2, -5], [-5, 1, 2, 3], [8, -5, 6, 7]]).float())

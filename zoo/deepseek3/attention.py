@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from core.attention import causal_attention
+from core.attention import attention_at_positions, causal_attention
 from core.remat import checkpoint_name
 from zoo.common.norms import RMSNorm
 from zoo.common.rope import apply_rope
@@ -25,6 +25,9 @@ def apply_interleaved_rope(x, cos, sin):
 
 
 class MultiHeadLatentAttention(nn.Module):
+    # the sampler's cache (core/sampler/cache.py) while it generates; None in training
+    kv_cache = None
+
     def __init__(self, config):
         super().__init__()
         self.heads = config.num_attention_heads
@@ -56,14 +59,31 @@ class MultiHeadLatentAttention(nn.Module):
         q = checkpoint_name(q, "query_proj").view(batch, seq, self.heads, -1).transpose(1, 2)
         q_nope, q_rope = q.split((self.nope, self.rope), dim=-1)
         latent, k_rope = self.kv_a_proj_with_mqa(x).split((self.kv_rank, self.rope), dim=-1)
-        kv = self.kv_b_proj(self.kv_a_layernorm(latent))
-        kv = checkpoint_name(kv, "key_proj").view(batch, seq, self.heads, -1).transpose(1, 2)
-        k_nope, v = kv.split((self.nope, self.v_dim), dim=-1)
+        latent = self.kv_a_layernorm(latent)
         rotate = apply_interleaved_rope if self.interleaved else apply_rope
         q_rope, k_rope = rotate(q_rope, cos, sin), rotate(k_rope[:, None], cos, sin)
         q = torch.cat((q_nope, q_rope), dim=-1)
         if self.query_scale != 1.0:
             q = q * self.query_scale
-        k = torch.cat((k_nope, k_rope.expand(-1, self.heads, -1, -1)), dim=-1)
-        out = causal_attention(q, k, v, segment_ids)
+        cached = None
+        if self.kv_cache is not None:  # the sampler caches the latent, not keys and values
+            cached = self.kv_cache.next().update(latent=latent, k_rope=k_rope[:, 0])
+        if cached is not None:  # a decode step: attend over the whole cache
+            latent, k_rope = cached.streams["latent"], cached.streams["k_rope"][:, None]
+        k, v = self.keys_values(latent, k_rope)
+        if cached is None:
+            out = causal_attention(q, k, v, segment_ids)
+        else:
+            out = attention_at_positions(q, k.transpose(1, 2), v.transpose(1, 2),
+                                         cached.query_positions, cached.key_positions)
         return self.o_proj(out.transpose(1, 2).reshape(batch, seq, -1))
+
+    def keys_values(self, latent, k_rope):
+        """Per-head keys (no-position part from the latent, the shared rotary part) and
+        values, [batch, heads, tokens, dim], from the normed latent [batch, tokens, rank] and
+        the rotated key part [batch, 1, tokens, rope]."""
+        batch, tokens, _ = latent.shape
+        kv = checkpoint_name(self.kv_b_proj(latent), "key_proj")
+        kv = kv.view(batch, tokens, self.heads, -1).transpose(1, 2)
+        k_nope, v = kv.split((self.nope, self.v_dim), dim=-1)
+        return torch.cat((k_nope, k_rope.expand(-1, self.heads, -1, -1)), dim=-1), v

@@ -7,6 +7,7 @@ from core.memory import decoder_stack_activation_bytes
 from core.task import RunConfig
 from zoo.common.attention_kernel import for_slice
 from zoo.deepseek3.config import SIZES, DeepseekV3Config
+from zoo.deepseek3.generation import mla_layout
 from zoo.deepseek3.hf import config_from_hf, load_hf
 from zoo.deepseek3.model import DeepseekV3ForCausalLM
 from zoo.registry import ModelFamily
@@ -79,4 +80,5 @@ FAMILY = ModelFamily(
     load_hf=load_hf,
     for_slice=for_slice,
     active_parameters=active_parameters,
+    cache_layout=mla_layout,
 )

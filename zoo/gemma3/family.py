@@ -8,6 +8,7 @@ from zoo.common.attention_kernel import for_slice
 from zoo.common.decoder_costs import activation_bytes, forward_flops
 from zoo.common.hf_weights import load_hf
 from zoo.gemma3.config import SIZES, Gemma3Config
+from zoo.gemma3.generation import gemma3_layout
 from zoo.gemma3.hf import config_from_hf
 from zoo.gemma3.model import Gemma3ForCausalLM
 from zoo.registry import ModelFamily
@@ -31,4 +32,5 @@ FAMILY = ModelFamily(
     config_from_hf=config_from_hf,
     load_hf=load_hf,
     for_slice=for_slice,
+    cache_layout=gemma3_layout,
 )
