@@ -72,7 +72,6 @@ class _Draw:
     seed: torch.Tensor
     sample_ids: torch.Tensor
     stop_ids: torch.Tensor
-    pad_id: int
 
 
 class Sampler:
@@ -137,14 +136,13 @@ class Sampler:
             ids[row, :len(prompt)] = torch.tensor(prompt)
         lengths = torch.tensor([len(p) for p in prompts] + [1] * (rows - len(prompts)))
         padding = torch.arange(rows) >= len(prompts)
+        device = self.device
         draw = _Draw(params.greedy, params.top_k, params.top_p,
-                     torch.tensor(max(params.temperature, 1e-30)),
-                     torch.tensor(params.seed, dtype=torch.int32),
-                     torch.tensor(sample_ids + [0] * (rows - len(prompts)), dtype=torch.int32),
-                     torch.tensor(params.stop_token_ids, dtype=torch.int32), pad_id)
-        draw = dataclasses.replace(draw, **{
-            f.name: getattr(draw, f.name).to(self.device) for f in dataclasses.fields(draw)
-            if isinstance(getattr(draw, f.name), torch.Tensor)})
+                     torch.tensor(params.temperature or 1.0, device=device),
+                     torch.tensor(params.seed, dtype=torch.int32, device=device),
+                     torch.tensor(sample_ids + [0] * (rows - len(prompts)), dtype=torch.int32,
+                                  device=device),
+                     torch.tensor(params.stop_token_ids, dtype=torch.int32, device=device))
         cache = GenerationCache(self.layout, rows, slots, self.dtype, self.device)
         started = time.perf_counter()
         with cache.bind(self.model):
@@ -164,9 +162,8 @@ class Sampler:
                     state = self._decode(cache, state, hits, draw)
                     hits, steps = no_hits, steps + 1
                 all_done = bool(state.done.all())
-                if matcher is not None:
+                if matcher is not None:  # a row it ends is done by the next step
                     hits = self._stop_strings(matcher, state, len(prompts), stopped_at)
-                    all_done = all_done and not bool(hits.any())
             timings.decode_s += time.perf_counter() - started
         return self._rows(state, len(prompts), stopped_at, draw)
 
