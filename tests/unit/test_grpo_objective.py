@@ -17,7 +17,13 @@ import torch
 from trl.trainer.grpo_trainer import GRPOTrainer
 from trl.trainer.utils import nanstd
 
-from zoo.tasks.grpo_objective import GRPOConfig, group_advantages, loss_weight, policy_loss
+from zoo.tasks.grpo_objective import (
+    GRPOConfig,
+    completion_lengths,
+    group_advantages,
+    loss_weight,
+    policy_loss,
+)
 
 G, PROMPTS, T = 4, 2, 6
 
@@ -155,3 +161,10 @@ def test_a_bad_setting_is_one_line(setting, line):
             as raised:
         GRPOConfig(**setting)
     assert "\n" not in str(raised.value)
+
+
+def test_completion_lengths_are_counted_from_the_mask():
+    lengths = completion_lengths(rollout()["mask"])
+    assert {k: v.item() for k, v in lengths.items()} == {
+        "completions/mean_length": 33 / 8, "completions/min_length": 1.0,
+        "completions/max_length": 6.0}

@@ -2,6 +2,7 @@
 it says; the user's module:function is called with TRL's arguments and weighed; and every
 way a reward can fail is refused in one line naming the reward (and the row it failed on)."""
 
+import dataclasses
 import math
 import sys
 import textwrap
@@ -9,6 +10,7 @@ import textwrap
 import pytest
 import torch
 
+from core.config import ConfigError, load
 from core.errors import UserError
 from zoo.data.rewards import check_reward_specs, final_number, load_rewards, score
 from zoo.tasks.grpo_objective import GRPOConfig
@@ -190,3 +192,19 @@ def test_a_bad_reward_setting_is_one_line(specs, weights, regex, line):
     assert str(raised.value).startswith(line) and "\n" not in str(raised.value)
     with pytest.raises(ValueError):  # the config refuses it as it is read
         GRPOConfig(rewards=specs, reward_weights=weights, format_regex=regex)
+
+
+@dataclasses.dataclass
+class Run:
+    grpo: GRPOConfig = dataclasses.field(default_factory=GRPOConfig)
+
+
+def test_rewards_and_weights_are_read_from_config_strings():
+    run = load(Run, overrides=["grpo.rewards=[final_number, my_rewards:brevity]",
+                               "grpo.reward_weights=[1,0.25]"])
+    assert run.grpo.rewards == ["final_number", "my_rewards:brevity"]
+    assert run.grpo.reward_weights == [1.0, 0.25]
+    with pytest.raises(ConfigError, match=r"^grpo.rewards: 'exact' is neither a built-in"):
+        load(Run, overrides=["grpo.rewards=[exact]"])
+    with pytest.raises(ConfigError, match=r"^grpo.num_generations must be >= 2 .*, not 1$"):
+        load(Run, overrides=["grpo.num_generations=1"])
