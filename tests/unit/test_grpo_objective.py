@@ -14,8 +14,6 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from trl.trainer.grpo_trainer import GRPOTrainer
-from trl.trainer.utils import nanstd
 
 from zoo.tasks.grpo_objective import (
     GRPOConfig,
@@ -26,6 +24,15 @@ from zoo.tasks.grpo_objective import (
 )
 
 G, PROMPTS, T = 4, 2, 6
+
+
+@pytest.fixture(scope="module")
+def trl():
+    """TRL's GRPO module, imported here: its import (transformers' Trainer, accelerate) takes
+    about 7 s, paid by the worker that runs this file only, not at every worker's collection."""
+    from trl.trainer import grpo_trainer
+
+    return grpo_trainer
 
 
 def rollout(seed: int = 1) -> dict:
@@ -44,7 +51,7 @@ def rollout(seed: int = 1) -> dict:
     }
 
 
-def trls(data: dict, config: GRPOConfig, old: bool) -> tuple[float, torch.Tensor, dict]:
+def trls(trl, data: dict, config: GRPOConfig, old: bool) -> tuple[float, torch.Tensor, dict]:
     """TRL's loss, its gradient on the policy's log-probs, and the metrics it logs."""
     logps = data["new"].clone().requires_grad_(True)
     identity = SimpleNamespace(reduce=lambda x, reduction: x, gather=lambda x: x,
@@ -68,7 +75,7 @@ def trls(data: dict, config: GRPOConfig, old: bool) -> tuple[float, torch.Tensor
         "ref_per_token_logps": data["ref"], "num_items_in_batch": data["mask"].sum(),
         **({"old_per_token_logps": data["old"]} if old else {}),
     }
-    loss = GRPOTrainer._compute_loss(trainer, None, inputs)
+    loss = trl.GRPOTrainer._compute_loss(trainer, None, inputs)
     loss.backward()
     return loss.item(), logps.grad, {k: v[-1] for k, v in trainer._metrics["train"].items()}
 
@@ -89,10 +96,10 @@ def ours(data: dict, config: GRPOConfig, old: bool) -> tuple[float, torch.Tensor
     ("dapo", 0.04, 0.28, True),
     ("dr_grpo", 0.04, 0.28, True),
 ])
-def test_the_loss_is_trls(loss_type, beta, epsilon_high, old):
+def test_the_loss_is_trls(trl, loss_type, beta, epsilon_high, old):
     config = GRPOConfig(loss_type=loss_type, beta=beta, epsilon_high=epsilon_high)
     data = rollout()
-    their_loss, their_grad, their_metrics = trls(data, config, old)
+    their_loss, their_grad, their_metrics = trls(trl, data, config, old)
     our_loss, our_grad, our_metrics = ours(data, config, old)
     assert our_loss == pytest.approx(their_loss, rel=1e-6, abs=1e-7)
     torch.testing.assert_close(our_grad, their_grad, rtol=1e-5, atol=1e-7)
@@ -105,7 +112,8 @@ def test_the_loss_is_trls(loss_type, beta, epsilon_high, old):
         assert our_metrics["clip_ratio/low_mean"] > 0 and our_metrics["clip_ratio/high_mean"] > 0
 
 
-def trl_advantages(rewards: torch.Tensor, scale_rewards: str) -> tuple[torch.Tensor, float]:
+def trl_advantages(nanstd, rewards: torch.Tensor,
+                   scale_rewards: str) -> tuple[torch.Tensor, float]:
     """trl 1.16 GRPOTrainer._generate_and_score_completions, sum_then_normalize (one reward
     function of weight 1, every completion scored), as written there."""
     mean_grouped_rewards = torch.nanmean(rewards.view(-1, G), dim=1)
@@ -123,9 +131,9 @@ def trl_advantages(rewards: torch.Tensor, scale_rewards: str) -> tuple[torch.Ten
 
 
 @pytest.mark.parametrize("scale_rewards", ["group", "batch", "none"])
-def test_advantages_are_trls(scale_rewards):
+def test_advantages_are_trls(trl, scale_rewards):
     rewards = torch.tensor([1.0, 0.0, 0.5, 1.0, 0.2, 0.2, 0.2, 0.2, 3.0, -1.0, 0.0, 2.0])
-    theirs, tied_share = trl_advantages(rewards, scale_rewards)
+    theirs, tied_share = trl_advantages(trl.nanstd, rewards, scale_rewards)
     found = group_advantages(rewards, G, scale_rewards)
     torch.testing.assert_close(found.values, theirs, rtol=1e-6, atol=1e-6)
     assert found.tied.tolist() == [False, True, False]  # the second group's rewards all tie
