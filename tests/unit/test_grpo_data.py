@@ -67,6 +67,7 @@ def test_prompts_are_encoded_as_sft_and_generate_encode_them(tmp_path):
     assert encode_prompts(text, tokenizer) == [
         [tokenizer.bos_token_id] + tokenizer(question, add_special_tokens=False)["input_ids"]]
     assert encode_prompts(chat, tokenizer) == [chat_tokens.prompt_ids(tokenizer, question)]
+    assert encode_prompts(text, tokenizer, chat_tuned=True) == encode_prompts(chat, tokenizer)
 
 
 def test_the_shipped_word_problems_are_their_scripts_and_their_own_answers():

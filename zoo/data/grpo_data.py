@@ -9,11 +9,12 @@ A row is a text `prompt` or a chat `messages` (the columns say which, as in SFT 
 zoo/data/sft_data.py reads the files, the same .jsonl / .json / .parquet / Hub sources). A chat
 that ends with an assistant turn is a prompt with its answer: the turn is taken off and its
 content fills the answer column (data.answer_field) unless the row has one, so the SFT
-instruction set trains GRPO as it is. A text prompt is encoded as SFT encodes a prompt
-(`BOS? prompt`), a chat by the tokenizer's template with the assistant's opening, so the
-model is asked as it was tuned. A .jsonl row passes all its columns to the rewards; a table
-(parquet, Hub) the answer column and data.extra_columns. A source with no prompt column, or
-a bad row, is refused in one line naming the file and row.
+instruction set trains GRPO as it is. A chat is encoded by the tokenizer's template with the
+assistant's opening, a text prompt as SFT encodes a prompt (`BOS? prompt`) or, for a model
+tuned on chats, as one user turn: the model is asked as it was tuned. A .jsonl row passes
+all its columns to the rewards; a table (parquet, Hub) the answer column and
+data.extra_columns. A source with no prompt column, or a bad row, is refused in one line
+naming the file and row.
 """
 
 from __future__ import annotations
@@ -114,14 +115,17 @@ def _check_answers(read: list, field: str) -> None:
                         "answer the rewards check); fix or remove the row")
 
 
-def encode_prompts(prompts: Prompts, tokenizer) -> list[list[int]]:
-    """Each prompt's ids as the model was tuned to read it: a text prompt as SFT encodes one
-    (`BOS? prompt`, its special-token strings kept as text), a chat by the tokenizer's
-    template with the assistant's opening."""
-    sft_data.check_tokenizer(tokenizer, "chat" if prompts.format == "chat" else "text")
-    if prompts.format == "chat":
-        return [_chat_ids(tokenizer, messages, where)
-                for messages, where in zip(prompts.prompts, prompts.where)]
+def encode_prompts(prompts: Prompts, tokenizer, chat_tuned: bool = False) -> list[list[int]]:
+    """Each prompt's ids as the model was tuned to read it: a chat by the tokenizer's
+    template with the assistant's opening; a text prompt as SFT encodes one (`BOS? prompt`,
+    its special-token strings kept as text), or for a model tuned on chats (`chat_tuned`)
+    as one user turn of that template, as `zoo generate` asks such a model."""
+    chats = prompts.format == "chat" or chat_tuned
+    sft_data.check_tokenizer(tokenizer, "chat" if chats else "text")
+    if chats:
+        return [_chat_ids(tokenizer, prompt if prompts.format == "chat" else
+                          [{"role": "user", "content": prompt}], where)
+                for prompt, where in zip(prompts.prompts, prompts.where)]
     bos, eos = tokenizer.bos_token_id, tokenizer.eos_token_id
     head = [bos] if bos is not None and bos != eos else []  # as SFT: GPT-2 style, EOS alone
     ids = tokenizer(prompts.prompts, add_special_tokens=False, split_special_tokens=True,
