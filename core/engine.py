@@ -81,6 +81,8 @@ class Engine:
         self.step = 0
         self.side_compiles = 0
         self._stop_requested = False
+        self.peak_flops = float("nan")  # the runtime's peak FLOP/s, known once `fit` starts
+        task.started(self)
 
     @property
     def unit(self) -> str:
@@ -98,6 +100,7 @@ class Engine:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         start = self.step = self._resume()
         peak, peak_note = self._peak_flops()
+        self.peak_flops = peak
         logger = MetricsLogger(
             self.home,
             self.config.steps,

@@ -36,6 +36,9 @@ Extension points (override in a subclass; the defaults are marked):
                                   sampler). `place(module)` puts a module on the devices as
                                   the model will be (remat, sharding, precision) and returns
                                   it. Called once by the engine; default: itself
+  started(engine)                 the engine built around the placed model, before its first
+                                  batch is read: a task whose batches come from the model
+                                  (GRPO's rollouts) hooks them to it here; default: nothing
   placed(config, params)          -> [Placed(name, bytes per device, in_step)]: what `bind`
                                   puts on the devices beside the trained model (a reference
                                   copy, a sampler's KV cache), from the run config and the
@@ -127,6 +130,10 @@ class Task:
 
     def placed(self, config: RunConfig, params: list[ParamPlan]) -> list[Placed]:
         return []
+
+    # engine: a core.engine.Engine, Any as that module imports this one
+    def started(self, engine: Any) -> None:
+        return None
 
     # engine: a core.engine.Engine, Any as that module imports this one
     def after_step(self, engine: Any, step: int) -> dict[str, float] | None:

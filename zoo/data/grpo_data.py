@@ -39,6 +39,14 @@ class GRPODataConfig(SourceConfig):
     answer_field: str = "answer"  # the reference answer the built-in rewards compare with
     # a table's (parquet, Hub) further columns the rewards read (a .jsonl row passes all)
     extra_columns: list[str] = dataclasses.field(default_factory=list)
+    # not a setting: how the run's prompts were asked (sft_data.ROW_FORMATS: chat through the
+    # chat template, prompt-completion as raw text), recorded when it trains so `zoo
+    # generate` asks the run as it trained
+    row_format: str | None = None
+
+    def __post_init__(self):
+        super().__post_init__()
+        sft_data.check_row_format_key(self.row_format)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,6 +26,8 @@ import dataclasses
 
 import torch
 
+from core.errors import UserError
+from core.sampler.params import SamplingParams
 from zoo.data.rewards import check_reward_specs
 
 LOSS_TYPES = ("grpo", "bnpo", "dapo", "dr_grpo")
@@ -47,6 +49,14 @@ class GRPOConfig:
     reward_weights: list[float] | None = None  # one per reward (None: each 1.0)
     # what the `format` reward asks of a whole completion (default: ends with "#### N")
     format_regex: str = r".*#### *-?[\d,]*\.?\d+\s*"
+    # the rollout's sampling (core/sampler): each completion's length cap, temperature (the
+    # policy's log-probs are of logits / temperature, as TRL's), top_k (0: no cut), top_p,
+    # and texts that end a completion (besides EOS)
+    max_new_tokens: int = 64
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    stop_strings: list[str] = dataclasses.field(default_factory=list)
 
     def __post_init__(self):
         if self.num_generations < 2:
@@ -68,6 +78,24 @@ class GRPOConfig:
         if self.num_iterations < 1:
             raise ValueError(f"grpo.num_iterations must be >= 1, not {self.num_iterations}")
         check_reward_specs(self.rewards, self.reward_weights, self.format_regex)
+        if not 0 < self.temperature < float("inf"):
+            raise ValueError(f"grpo.temperature must be above 0 (a rollout samples; 0 would "
+                             f"be greedy, every completion of a group alike), not "
+                             f"{self.temperature}")
+        try:
+            self.sampling(seed=0)
+        except UserError as error:  # "top_p 2 is outside (0, 1]" or "a stop string is empty"
+            message = str(error)
+            key = message.split()[0]
+            raise ValueError(f"grpo.{message}" if hasattr(self, key)
+                             else f"grpo.stop_strings: {message}") from None
+
+    def sampling(self, seed: int, stop_token_ids: tuple[int, ...] = ()) -> SamplingParams:
+        """The rollout's sampler settings, drawing from `seed`."""
+        return SamplingParams(self.max_new_tokens, temperature=self.temperature,
+                              top_k=self.top_k, top_p=self.top_p, seed=seed,
+                              stop_token_ids=stop_token_ids,
+                              stop_strings=tuple(self.stop_strings))
 
     @property
     def upper_epsilon(self) -> float:

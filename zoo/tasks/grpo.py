@@ -1,0 +1,231 @@
+"""Group relative policy optimisation (`task=grpo`; Shao et al., 2024) of any causal-LM family,
+full tune or LoRA, from rewards the run names (zoo/data/rewards.py). Each step's batch is a
+rollout (zoo/data/grpo_batches.py): G completions per prompt sampled from the policy as it
+is, on the run's devices (core/sampler), scored on the host, advantages relative to each
+group. The step's loss is the clipped policy loss over the completion tokens
+(zoo/tasks/grpo_objective.py, TRL's), the log-probs of logits / temperature as the sampler
+drew them; with grpo.num_iterations k a rollout trains k steps, the ratio to the sampler's
+log-probs. With grpo.beta > 0 a KL term to the starting point: under LoRA the model with its
+adapters off, otherwise a frozen copy placed as the model (as DPO's reference).
+
+Logged each step beside the loss: each reward's mean and std, the completions' lengths, the
+share of groups whose rewards tie, KL, the clipped share, and the step's rollout and update
+seconds apart (`update_mfu`: the update's FLOPs over its seconds).
+
+    zoo train --init-from runs/llama-tiny-sft task=grpo grpo.rewards=[exact_match]
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+from core import lora
+from core.data import DataError, check_vocab, load_tokenizer
+from core.errors import UserError
+from core.sampler import Sampler, SamplerShape
+from core.sampler.params import DEFAULT_BUCKETS
+from core.task import Placed, Task
+from zoo.data.grpo_batches import GRPOBatches
+from zoo.data.grpo_data import GRPODataConfig, check_lengths, encode_prompts, load_prompts
+from zoo.data.rewards import load_rewards
+from zoo.data.sft_data import read_once, recorded
+from zoo.tasks import grpo_objective
+from zoo.tasks.causal_lm import CausalLM, LMTrainConfig, with_token_ids
+from zoo.tasks.grpo_objective import GRPOConfig, policy_loss
+from zoo.tasks.variant import TaskVariant, on_top_of
+
+
+@dataclasses.dataclass
+class GRPOTrainConfig(LMTrainConfig):
+    data: GRPODataConfig = dataclasses.field(default_factory=GRPODataConfig)
+    grpo: GRPOConfig = dataclasses.field(default_factory=GRPOConfig)
+
+
+_prompts = read_once(lambda data, tokenizer, seq_len: load_prompts(data))
+
+
+class GroupRelative(CausalLM):
+    name = "grpo"
+    config_cls = GRPOTrainConfig
+    sample_prompt = 'Repeat the word "zoo".'
+    chat = True
+
+    def __init__(self):
+        self.reference: torch.nn.Module | None = None  # None: the model, adapters off
+        self.config = GRPOConfig()
+
+    def resolve(self, config: GRPOTrainConfig) -> GRPOTrainConfig:
+        grpo = config.grpo
+        if config.eval_every:
+            raise UserError("task=grpo has no validation pass (its rewards are logged every "
+                            "step); set eval_every=0")
+        if config.global_batch_size % grpo.num_generations:
+            raise UserError(f"global_batch_size {config.global_batch_size} counts completions: "
+                            f"a multiple of grpo.num_generations ({grpo.num_generations}) "
+                            "whole groups")
+        if config.checkpoint_every % grpo.num_iterations:
+            raise UserError(f"checkpoint_every {config.checkpoint_every} is not a multiple of "
+                            f"grpo.num_iterations ({grpo.num_iterations}): a run resumes at "
+                            "the start of a rollout")
+        positions = getattr(config.model, "max_position_embeddings", None)
+        if positions and grpo.max_new_tokens >= positions:
+            raise UserError(f"grpo.max_new_tokens {grpo.max_new_tokens} passes the model's "
+                            f"{positions} positions (a prompt needs one at least)")
+        room = config.seq_len - grpo.max_new_tokens
+        if room < 1:
+            raise UserError(f"grpo.max_new_tokens {grpo.max_new_tokens} leaves no room for a "
+                            f"prompt in seq_len {config.seq_len}; raise seq_len or lower it")
+        prompts = _prompts(config.data, config.seq_len)
+        print(f"grpo data: {prompts.label}", file=sys.stderr)
+        tokenizer = load_tokenizer(config.data.tokenizer)
+        chat_tuned = tuned_on_chats(config.init_from)
+        ids = encode_prompts(prompts, tokenizer, chat_tuned)
+        check_lengths(ids, prompts, room, f"seq_len {config.seq_len} less grpo.max_new_tokens "
+                                          f"{grpo.max_new_tokens}")
+        load_rewards(grpo.rewards, grpo.reward_weights, config.data.answer_field,
+                     list(prompts.columns), grpo.format_regex)  # refused now, not at step 1
+        self.reference_forwards = int(grpo.beta > 0)  # the reference's forward (MFU)
+        asked = "chat" if prompts.format == "chat" or chat_tuned else "prompt-completion"
+        config = dataclasses.replace(config, data=recorded(config.data, asked))
+        return with_token_ids(config, tokenizer, ("bos_token_id", "eos_token_id", "pad_token_id"))
+
+    def data(self, config: GRPOTrainConfig, process_index: int,
+             process_count: int) -> GRPOBatches:
+        if process_count > 1:
+            raise UserError("task=grpo samples its rollouts in one process for now; run it "
+                            "with --nproc 1 (or none)")
+        tokenizer = load_tokenizer(config.data.tokenizer)
+        check_vocab(tokenizer, config.model.vocab_size, config.init_from)
+        prompts = _prompts(config.data, config.seq_len)
+        grpo = config.grpo
+        rewards = load_rewards(grpo.rewards, grpo.reward_weights, config.data.answer_field,
+                               list(prompts.columns), grpo.format_regex)
+        stops = tuple(i for i in (tokenizer.eos_token_id,) if i is not None)
+        batches = GRPOBatches(prompts, encode_prompts(prompts, tokenizer,
+                                                      tuned_on_chats(config.init_from)),
+                              rewards, grpo, seq_len=config.seq_len,
+                              global_batch_size=config.global_batch_size, seed=config.seed,
+                              shuffle_seed=config.data.shuffle_seed, tokenizer=tokenizer,
+                              stop_token_ids=stops)
+        print(f"grpo rollouts: {batches.describe()}", file=sys.stderr)
+        return batches
+
+    def bind(self, model, config: GRPOTrainConfig, place) -> Task:
+        """This task with the run's settings and, when beta > 0, its reference: the model
+        with its LoRA adapters off, or else a frozen copy of it placed as the model is."""
+        bound = copy.copy(self)
+        bound.config = config.grpo
+        bound.reference_forwards = int(config.grpo.beta > 0)
+        if config.grpo.beta > 0 and not lora.has_adapters(model):
+            bound.reference = place(copy.deepcopy(model).requires_grad_(False))
+        return bound
+
+    def placed(self, config: GRPOTrainConfig, params) -> list[Placed]:
+        """A frozen copy's share of each device (beta > 0, not LoRA); the sampler's cache is
+        the sampler's to count."""
+        if config.grpo.beta == 0 or config.lora.enabled:
+            return []
+        return [Placed("reference model (frozen copy)", sum(p.shard_bytes for p in params))]
+
+    def started(self, engine) -> None:
+        """The rollouts sample from the placed model through the backend, in the run's
+        precision, with a cache of seq_len columns per completion."""
+        from zoo.registry import resolve_name  # the families
+
+        config = engine.config
+        if engine.backend.name == "xla":
+            raise UserError("task=grpo's rollouts run on the eager sampler, which the xla "
+                            "backend does not drive yet; run with --backend dtensor")
+        family = resolve_name(config.model_name)[0]
+        if family.cache_layout is None:
+            raise UserError(f"{family.name} has no device sampler (model.cache_layout), "
+                            "which task=grpo's rollouts need")
+        room = config.seq_len - config.grpo.max_new_tokens
+        buckets = tuple(b for b in DEFAULT_BUCKETS if b < room) + (room,)
+        shape = SamplerShape(rows=config.global_batch_size, slots=config.seq_len,
+                             buckets=buckets)
+        sampler = Sampler(engine.model, family.cache_layout(config.model), shape=shape)
+
+        def generate(prompts, params, sample_ids, decode, pad_id):
+            def run(model):
+                return sampler.generate(prompts, params, sample_ids=sample_ids, decode=decode,
+                                        pad_id=pad_id)
+            with torch.no_grad(), engine.autocast():
+                return engine.backend.run(run, engine.model)
+
+        engine.data.generate = generate
+
+    def loss(self, model, batch):
+        mask = batch["completion_mask"][:, 1:]
+        logps = completion_logps(model, batch, self.config.temperature)
+        reference = None
+        if self.config.beta > 0:
+            with torch.no_grad():
+                if self.reference is not None:
+                    reference = completion_logps(self.reference, batch, self.config.temperature)
+                else:
+                    with lora.adapters_off(model):
+                        reference = completion_logps(model, batch, self.config.temperature)
+        old = batch["old_logps"][:, 1:] if self.config.num_iterations > 1 else None
+        return policy_loss(logps, old, batch["advantages"], mask, self.config, reference,
+                           self.config.max_new_tokens)
+
+    def loss_weight(self, batch):
+        return grpo_objective.loss_weight(batch["completion_mask"][:, 1:],
+                                          self.config.loss_type)
+
+    def example_batch(self, config: GRPOTrainConfig, seed: int = 0) -> dict:
+        """Random tokens, the second half of each row a completion."""
+        batch = super().example_batch(config, seed)
+        shape = batch["input_ids"].shape
+        mask = torch.zeros(shape)
+        mask[:, shape[1] // 2:] = 1
+        generator = torch.Generator().manual_seed(seed)
+        return {"input_ids": batch["input_ids"], "completion_mask": mask,
+                "old_logps": -torch.rand(shape, generator=generator) * mask,
+                "advantages": torch.randn(shape[0], generator=generator)}
+
+    def after_step(self, engine, step: int) -> dict:
+        """The step's rollout metrics, and its update's seconds and MFU."""
+        update = time.perf_counter() - engine.data.fetched_at
+        metrics = dict(engine.data.latest.metrics)
+        if (step - 1) % self.config.num_iterations:  # the rollout was sampled for a step before
+            metrics["rollout_s"] = 0.0
+        return {**metrics, "update_s": update,
+                "update_mfu": engine.flops_per_step() / (update * engine.peak_flops)}
+
+
+def completion_logps(model, batch: dict, temperature: float) -> torch.Tensor:
+    """[N, seq_len - 1] each next token's log-probability under `model` at `temperature`
+    (the sampler's log_softmax(logits / T))."""
+    logits = model(batch["input_ids"])[:, :-1].float() / temperature
+    targets = batch["input_ids"][:, 1:]
+    return -F.cross_entropy(logits.flatten(0, 1), targets.flatten(),
+                            reduction="none").view(targets.shape)
+
+
+def tuned_on_chats(init_from: str | None) -> bool:
+    """Whether the starting point is a zoo run tuned on chats (its text prompts are then asked
+    as a user turn of its template, as `zoo generate` asks it); a Hugging Face folder or a
+    random start: no."""
+    if not init_from:
+        return False
+    from zoo.app import generate, saved_run  # the CLI's: families, transformers
+
+    try:
+        run, _ = saved_run.load_run(init_from)
+    except (UserError, DataError):
+        return False  # not a zoo run
+    return generate.tuned_on_chats(run, init_from)
+
+
+VARIANT = TaskVariant(
+    builds_on=CausalLM,
+    build=lambda family_task, model_cls: on_top_of(family_task, GroupRelative)(),
+    rank=3)
