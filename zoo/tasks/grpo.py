@@ -82,7 +82,6 @@ class GroupRelative(CausalLM):
             raise UserError(f"grpo.max_new_tokens {grpo.max_new_tokens} leaves no room for a "
                             f"prompt in seq_len {config.seq_len}; raise seq_len or lower it")
         prompts = _prompts(config.data, config.seq_len)
-        print(f"grpo data: {prompts.label}", file=sys.stderr)
         tokenizer = load_tokenizer(config.data.tokenizer)
         chat_tuned = tuned_on_chats(config.init_from)
         ids = encode_prompts(prompts, tokenizer, chat_tuned)
@@ -91,6 +90,7 @@ class GroupRelative(CausalLM):
         load_rewards(grpo.rewards, grpo.reward_weights, config.data.answer_field,
                      list(prompts.columns), grpo.format_regex)  # refused now, not at step 1
         self.reference_forwards = int(grpo.beta > 0)  # the reference's forward (MFU)
+        print(f"grpo data: {prompts.label}", file=sys.stderr)
         asked = "chat" if prompts.format == "chat" or chat_tuned else "prompt-completion"
         config = dataclasses.replace(config, data=recorded(config.data, asked))
         return with_token_ids(config, tokenizer, ("bos_token_id", "eos_token_id", "pad_token_id"))
