@@ -126,7 +126,7 @@ CASES = [
      "grpo.temperature must be above 0"),
     (["train", "llama-tiny", "task=grpo", "grpo.top_p=2"], "grpo.top_p 2.0 is outside (0, 1]"),
     (["train", "llama-tiny", "task=grpo", "global_batch_size=12"],
-     "global_batch_size 12 counts completions: a multiple of grpo.num_generations (8)"),
+     "global_batch_size 12 counts completions, whole groups of grpo.num_generations (8)"),
     (["train", "llama-tiny", "task=grpo", "data.source={d}/grpo_question.jsonl"],
      "grpo_question.jsonl has no prompt column: neither 'prompt' (text prompts) nor"),
     (["train", "t5-tiny", "task=grpo"], "task=grpo is not a task t5 models train for"),

@@ -66,9 +66,9 @@ class GroupRelative(CausalLM):
             raise UserError("task=grpo has no validation pass (its rewards are logged every "
                             "step); set eval_every=0")
         if config.global_batch_size % grpo.num_generations:
-            raise UserError(f"global_batch_size {config.global_batch_size} counts completions: "
-                            f"a multiple of grpo.num_generations ({grpo.num_generations}) "
-                            "whole groups")
+            raise UserError(f"global_batch_size {config.global_batch_size} counts completions, "
+                            f"whole groups of grpo.num_generations ({grpo.num_generations}): "
+                            "make it a multiple")
         if config.checkpoint_every % grpo.num_iterations:
             raise UserError(f"checkpoint_every {config.checkpoint_every} is not a multiple of "
                             f"grpo.num_iterations ({grpo.num_iterations}): a run resumes at "
