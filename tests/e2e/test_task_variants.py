@@ -85,8 +85,9 @@ def test_the_in_tree_variants_are_found_by_their_declaration(monkeypatch):
     monkeypatch.delenv("ZOO_TASKS", raising=False)
     registry.task_modules.cache_clear()
     found = registry.task_modules()
-    assert {"sft": "zoo.tasks.sft", "dpo": "zoo.tasks.dpo"}.items() <= found.items()
-    assert "causal_lm" not in found and "variant" not in found
-    assert list(registry.variants_for(registry.family("llama").task)) == ["sft", "dpo"]
+    assert {"sft": "zoo.tasks.sft", "dpo": "zoo.tasks.dpo",
+            "grpo": "zoo.tasks.grpo"}.items() <= found.items()
+    assert "causal_lm" not in found and "variant" not in found and "grpo_objective" not in found
+    assert list(registry.variants_for(registry.family("llama").task)) == ["sft", "dpo", "grpo"]
     assert registry.variants_for(registry.family("vit").task) == {}
     registry.task_modules.cache_clear()
