@@ -44,7 +44,7 @@ def test_the_mean_reward_rises_above_0_8(prompts, tmp_path):
     step = next(r for r in records(out) if r.get("step") == 8 and "reward" in r)
     for key in (f"rewards/{REWARD}/mean", f"rewards/{REWARD}/std", "reward_std",
                 "frac_reward_zero_std", "completions/mean_length", "rollout_s", "update_s",
-                "update_mfu"):
+                "update_mfu", "rollout_mfu"):
         assert key in step, key
     assert 1 <= step["completions/mean_length"] <= 4
     trained = next(r for r in records(out) if r.get("step") == 8 and "loss" in r)

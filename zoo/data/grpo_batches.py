@@ -36,6 +36,8 @@ class Rollout:
     number: int
     batch: dict[str, torch.Tensor]
     metrics: dict[str, float]
+    forwarded_tokens: int  # prompt and new tokens the sampler ran the model over
+    sampling_s: float  # the sampler's seconds (the rewards' not counted)
 
 
 class GRPOBatches:
@@ -110,7 +112,8 @@ class GRPOBatches:
                    "completions/stopped_share": done.finish.count("stop") / len(rows),
                    "rollout_s": seconds, "reward_s": time.perf_counter() - sampled,
                    "rollout_tokens_per_s": new_tokens / max(sampled - began, 1e-9)}
-        return Rollout(number, batch, metrics)
+        forwarded = new_tokens + sum(len(self.ids[i]) for i in rows)
+        return Rollout(number, batch, metrics, forwarded, sampled - began)
 
     def _text(self, tokens: list[int]) -> str:
         return self.tokenizer.decode(tokens, skip_special_tokens=True)

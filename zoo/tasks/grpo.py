@@ -10,7 +10,7 @@ adapters off, otherwise a frozen copy placed as the model (as DPO's reference).
 
 Logged each step beside the loss: each reward's mean and std, the completions' lengths, the
 share of groups whose rewards tie, KL, the clipped share, and the step's rollout and update
-seconds apart (`update_mfu`: the update's FLOPs over its seconds).
+seconds apart (`update_mfu`, `rollout_mfu`: each one's FLOPs over its seconds).
 
     zoo train --init-from runs/llama-tiny-sft task=grpo grpo.rewards=[exact_match]
 """
@@ -59,6 +59,7 @@ class GroupRelative(CausalLM):
     def __init__(self):
         self.reference: torch.nn.Module | None = None  # None: the model, adapters off
         self.config = GRPOConfig()
+        self.forward_flops = 0.0  # forward FLOPs per token, once started
 
     def resolve(self, config: GRPOTrainConfig) -> GRPOTrainConfig:
         grpo = config.grpo
@@ -151,6 +152,7 @@ class GroupRelative(CausalLM):
         shape = SamplerShape(rows=config.global_batch_size, slots=config.seq_len,
                              buckets=buckets)
         sampler = Sampler(engine.model, family.cache_layout(config.model), shape=shape)
+        self.forward_flops = family.forward_flops(config)  # per token: the rollout's MFU
 
         def generate(prompts, params, sample_ids, decode, pad_id):
             def run(model):
@@ -192,13 +194,18 @@ class GroupRelative(CausalLM):
                 "advantages": torch.randn(shape[0], generator=generator)}
 
     def after_step(self, engine, step: int) -> dict:
-        """The step's rollout metrics, and its update's seconds and MFU."""
+        """The step's rollout metrics, the update's seconds, and the MFU of each: the
+        update's FLOPs (engine.flops_per_step) over its seconds, the sampler's forwards
+        (each prompt and new token through the model once) over its."""
         update = time.perf_counter() - engine.data.fetched_at
-        metrics = dict(engine.data.latest.metrics)
+        rollout = engine.data.latest
+        metrics = dict(rollout.metrics)
         if (step - 1) % self.config.num_iterations:  # the rollout was sampled for a step before
             metrics["rollout_s"] = 0.0
+        sampled = self.forward_flops * rollout.forwarded_tokens
         return {**metrics, "update_s": update,
-                "update_mfu": engine.flops_per_step() / (update * engine.peak_flops)}
+                "update_mfu": engine.flops_per_step() / (update * engine.peak_flops),
+                "rollout_mfu": sampled / (rollout.sampling_s * engine.peak_flops)}
 
 
 def completion_logps(model, batch: dict, temperature: float) -> torch.Tensor:
