@@ -97,7 +97,9 @@ class GenerationCache:
                 stream.name: placement.zeros((rows, ring or slots, *stream.per_token), dtype,
                                              stream.spec)
                 for stream in layer.streams}, ring))
-        self.row_index = placement.rows(torch.arange(rows))
+        # each row's index among the rows this process holds (all of them on XLA's SPMD)
+        held = placement.zeros((rows,), torch.long, ("batch",))
+        self.row_index = held + torch.arange(held.shape[0], device=held.device)
         self.key_positions = placement.rows(torch.arange(slots).expand(rows, slots).contiguous())
         # per window: the position each slot holds, shared by the layers with that window,
         # and at prefill the prompt column each slot takes

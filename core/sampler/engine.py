@@ -208,7 +208,7 @@ class Sampler:
         token, logprob = choose(logits, greedy=draw.greedy, temperature=draw.temperature,
                                 top_k=draw.top_k, top_p=draw.top_p, seed=draw.seed,
                                 sample_ids=draw.sample_ids, index=torch.zeros_like(lengths))
-        rows, slots = ids.shape[0], self.shape.slots
+        rows, slots = self.shape.rows, self.shape.slots  # every process's rows
         tokens = self.place.zeros((rows, slots), torch.int32, ("batch", None))
         logprobs = self.place.zeros((rows, slots), torch.float32, ("batch", None))
         tokens.index_put_((cache.row_index, lengths), token)

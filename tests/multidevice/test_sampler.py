@@ -4,7 +4,12 @@ transformers' `generate`, log-probs equal the eager sampler's, sampled tokens eq
 and 4 devices, and a call compiles one prefill per prompt bucket it uses plus one decode
 step, while another call that changes only the number of new tokens, the temperature or the
 seed compiles nothing. bf16 runs as the run's evaluation pass does, its log-probs in fp32.
-The worker: tests/support/sampler_worker.py (one process per device count)."""
+On the dtensor backend with 2 processes (each its contiguous rows) greedy tokens are
+transformers' too. The worker: tests/support/sampler_worker.py (one process per device
+count)."""
+
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -13,6 +18,8 @@ import transformers
 from core.precision import compute_in
 from core.sampler import Sampler, SamplerShape
 from tests.support import llama_cases, sampler_worker
+from tests.support.paths import ROOT
+from tests.support.runs import env
 from tests.support.xla_harness import run_workers
 
 FAMILY = llama_cases.FAMILY
@@ -109,3 +116,15 @@ def test_bf16_logprobs_are_the_bf16_forwards_in_fp32(results, model):
         expected = torch.log_softmax(logits.float(), -1).gather(
             -1, torch.tensor(tokens)[:, None])[:, 0]
         torch.testing.assert_close(torch.tensor(logprobs), expected, atol=0.05, rtol=0)
+
+
+@pytest.mark.slow  # two more interpreters and a process group: the default suite is tight
+def test_dtensor_processes_each_generate_their_rows(model, tmp_path):
+    out = tmp_path / "dtensor.pt"
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+               "-m", "tests.support.sampler_worker", str(out), "dtensor"]
+    result = subprocess.run(command, cwd=ROOT, env=env(), capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = torch.load(out, weights_only=False)
+    assert found["tokens"] == hf_greedy(model)

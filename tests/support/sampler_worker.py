@@ -9,6 +9,7 @@ bf16 (the run's evaluation precision) on the four short prompts. Few calls: ever
 a compile, the default suite's CPU is tight.
 
     python -m tests.support.sampler_worker OUT.pt       # PJRT_DEVICE=CPU CPU_NUM_DEVICES=N
+    torchrun --nproc-per-node 2 -m tests.support.sampler_worker OUT.pt dtensor   # greedy only
 """
 
 import dataclasses
@@ -80,7 +81,14 @@ def run_mesh(backend, preset: str, mesh_config: MeshConfig) -> dict:
     return found
 
 
-def main(out: str):
+def main(out: str, backend_name: str = "xla"):
+    if backend_name == "dtensor":  # each process its contiguous rows, FSDP2 gathering weights
+        backend = backends.get("dtensor")
+        found = outputs(sampler(backend, "fsdp", MeshConfig(), bf16=False).generate(
+            PROMPTS, CALLS["greedy"]))
+        if backend.process_index() == 0:
+            torch.save(found, out)
+        return
     start()
     backend = backends.get("xla")
     results = {preset: run_mesh(backend, preset, mesh_config)
@@ -89,4 +97,4 @@ def main(out: str):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:])
