@@ -312,16 +312,18 @@ def load_sampler(run, path: str, tpu: str | None, rows: int, max_new_tokens: int
     from zoo.app.train import select_runtime  # the trainer's runtime selection
 
     family, cfg = run.family, run.config
-    topo = select_runtime(topology.parse(tpu) if tpu else run.topology)
-    start()
-    backend = backends.get("xla")
-    model_config = family.model_for(cfg.model, topo, cfg.mesh)
+    topo = topology.parse(tpu) if tpu else run.topology
+    # the weights read and checked on the host first: a damaged run is refused before XLA
     checkpoint, weights = model_weights(path)
+    model_config = family.model_for(cfg.model, topo, cfg.mesh)
     model = family.build(model_config, init=False)
     refuse_misfit(checkpoint, first_misfit(
         {k: list(v.shape) for k, v in model.state_dict().items()},
         {k: list(v.shape) for k, v in weights.items()}))
     model.load_state_dict(weights)
+    select_runtime(topo)
+    start()
+    backend = backends.get("xla")
     model, _, mesh, sizes = backend.prepare(model, run.rules, cfg.mesh, False)
     shape = SamplerShape.for_model(model_config, rows, max_new_tokens, longest_prompt, sizes)
     sampler = Sampler(model, family.cache_layout(model_config), shape=shape, backend=backend,
