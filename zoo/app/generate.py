@@ -298,7 +298,7 @@ def generate_texts(path: str, prompts: list[str], asked: Asked, *, tpu: str | No
     done.stats = (f"prefill {timings.prefill_s:.2f} s, decode {timings.decode_s:.2f} s, "
                   f"{timings.new_tokens} new tokens ({rate:.0f} tokens/s), "
                   f"{timings.compiles} compiles ({timings.compile_s:.1f} s) on {devices} "
-                  "devices")
+                  f"device{'s' if devices > 1 else ''}")
     return done
 
 
