@@ -23,7 +23,7 @@ from core.store.location import local_folder
 from core.store.run_folder import WANDB_ID
 from core.table import format_table
 from eval.export import adapter_base, tokenizer_folder
-from eval.tasks_check import generating_tasks, resolve_tasks
+from eval.tasks_check import resolve_tasks
 
 RESULTS_FILE = "eval_results.json"
 
@@ -74,10 +74,6 @@ def evaluate(checkpoint: str, tasks: str | None, *, num_fewshot: int | None = No
             raise UserError(f"{path} is a LoRA adapter, and --device xla scores zoo's own "
                             "models; score it with --device cpu or cuda, or export the run "
                             "merged (zoo export RUN OUT) and score that")
-        generating = generating_tasks(names, manager) if device == "xla" else []
-        if generating:  # ZooXLALM scores log-likelihoods; its HF copy is on the meta device
-            raise UserError(f"task '{generating[0]}' generates text, and --device xla only "
-                            "scores log-likelihoods; run it with --device cpu or cuda")
         folder = model_folder(path)
         tokenizer = Path(tokenizer_folder(folder))  # an adapter's base may be a Hub name
         if tokenizer.is_dir():

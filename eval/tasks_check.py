@@ -107,20 +107,6 @@ def resolve_tasks(spec: str) -> tuple[list[str], object]:
     return names, manager
 
 
-def generating_tasks(names: list[str], manager) -> list[str]:
-    """The tasks among `names` (not groups or tags) that score generated text."""
-    from lm_eval.tasks._yaml_loader import load_yaml  # lm_eval
-
-    found = []
-    for name in names:
-        entry = manager.task_index.get(name)
-        path = getattr(entry, "yaml_path", None)
-        if path and (load_yaml(path, resolve_func=False, recursive=True) or {}).get(
-                "output_type") == "generate_until":
-            found.append(name)
-    return found
-
-
 def _check_hub_datasets(names: list[str], manager) -> None:
     from lm_eval.tasks._yaml_loader import load_yaml  # lm_eval
 

@@ -5,7 +5,9 @@ the same code; only the forward pass differs: the zoo model (built from the same
 folder) runs on XLA with every batch padded to a fixed batch size and a length bucket, so
 the graph compiles once per bucket instead of once per batch shape. Causal LMs score the
 concatenated request; seq2seq models (T5) encode the context and score the continuation by
-teacher forcing, as transformers does when given `labels`.
+teacher forcing, as transformers does when given `labels`. Generating tasks (generate_until)
+continue their contexts with zoo's device sampler (core/sampler) on the same model: one
+prefill graph per prompt bucket and one decode step for every task.
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ import torch
 from lm_eval.api.registry import register_model
 from lm_eval.models.huggingface import HFLM
 
+from core.backends.xla import XlaBackend
 from core.backends.xla.runtime import device
 from core.errors import UserError
 from core.hf import read_config
+from core.sampler import Sampler, SamplerShape, SamplingParams
 from zoo.registry import family_for_hf_architecture
 
 BUCKETS = (64, 128, 256, 512, 1024, 2048, 4096, 8192)
@@ -31,7 +35,8 @@ class ZooXLALM(HFLM):
                          **kwargs)
         self._model.to("meta")  # the HF copy only answers config questions from now on
         self.fixed_batch = int(batch_size)
-        self.zoo_model = _load_zoo_model(pretrained)
+        self.zoo_model, self._family, self._zoo_config = _load_zoo_model(pretrained)
+        self.sampler: Sampler | None = None
 
     def _model_call(self, inps: torch.Tensor, attn_mask=None, labels=None) -> torch.Tensor:
         pad = self.tokenizer.pad_token_id or 0
@@ -52,6 +57,48 @@ class ZooXLALM(HFLM):
         # Slice on the host: a device-side slice would compile once per batch shape.
         return logits.float().cpu()[:batch, :length]
 
+    def _model_generate(self, context: torch.Tensor, max_length: int, stop: list[str],
+                        attention_mask: torch.Tensor | None = None,
+                        **generation_kwargs) -> torch.Tensor:
+        """lm-eval's batch of left-padded contexts continued by the device sampler: each row
+        the context as given, then its new tokens (up to max_length in all), right-padded.
+        `stop` strings and EOS end a row."""
+        if self.backend != "causal":
+            raise UserError("--device xla generates with causal language models only; run a "
+                            "seq2seq model's generating tasks with --device cpu or cuda")
+        mask = torch.ones_like(context) if attention_mask is None else attention_mask
+        prompts = [row[kept.bool()].tolist() for row, kept in zip(context, mask, strict=True)]
+        eos = self.tokenizer.eos_token_id
+        params = SamplingParams(
+            max_new_tokens=max_length - context.shape[1],
+            temperature=float(generation_kwargs.get("temperature") or 0.0)
+            if generation_kwargs.get("do_sample") else 0.0,
+            top_k=int(generation_kwargs.get("top_k") or 0),
+            top_p=float(generation_kwargs.get("top_p") or 1.0),
+            stop_token_ids=() if eos is None else (eos,), stop_strings=tuple(stop))
+        pad = self.tokenizer.pad_token_id or 0
+        out = self._sampler_for(max(map(len, prompts)), params.max_new_tokens).generate(
+            prompts, params, decode=self.tok_decode, pad_id=pad)
+        rows = [row.tolist() + new for row, new in zip(context, out.tokens, strict=True)]
+        width = max(map(len, rows))
+        return torch.tensor([row + [pad] * (width - len(row)) for row in rows])
+
+    def _sampler_for(self, longest: int, max_new_tokens: int) -> Sampler:
+        """The sampler, made at the first generating request with room for max_length
+        tokens (one decode graph serves every task), made again only for a request that
+        needs more."""
+        shape = SamplerShape.for_model(None, self.fixed_batch, max_new_tokens, longest)
+        if self.sampler is None or shape.slots > self.sampler.shape.slots:
+            slots = max(shape.slots, self.max_length)
+            if self._family.cache_layout is None:
+                raise UserError(f"{self._family.name} has no device sampler yet, and its "
+                                "generating tasks need one with --device xla; run them with "
+                                "--device cpu or cuda")
+            layout = self._family.cache_layout(self._zoo_config)
+            self.sampler = Sampler(self.zoo_model, layout, backend=_OneDevice(),
+                                   shape=SamplerShape(shape.rows, slots))
+        return self.sampler
+
     def _fixed_shape(self, tensor: torch.Tensor, fill: int) -> torch.Tensor:
         """[b, n] padded with `fill` to [the fixed batch, n's length bucket], on XLA."""
         batch, length = tensor.shape
@@ -61,10 +108,27 @@ class ZooXLALM(HFLM):
         return padded.to(device())
 
 
+class _OneDevice(XlaBackend):
+    """The xla backend on the one device lm-eval's model sits on, unsharded (no SPMD mesh):
+    the sampler's buffers and rows sent there whole."""
+
+    def sampler_buffer(self, shape: tuple[int, ...], dtype: torch.dtype, spec: tuple,
+                       mesh: object) -> torch.Tensor:
+        return torch.zeros(shape, dtype=dtype).to(device())
+
+    def place_rows(self, batch: dict, mesh: object) -> dict:
+        return {key: value.to(device()) for key, value in batch.items()}
+
+    def host_rows(self, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor.cpu()
+
+
 def _load_zoo_model(folder: str):
-    """The zoo family whose HF class the folder's config.json names, loaded on XLA."""
+    """(the zoo model whose HF class the folder's config.json names, loaded on XLA, its
+    family, its config)."""
     config = read_config(folder)
     family = family_for_hf_architecture((config.get("architectures") or ["?"])[0])
-    model = family.build(family.config_from_hf(folder), init=False)
+    model_config = family.config_from_hf(folder)
+    model = family.build(model_config, init=False)
     family.load_hf(model, folder)
-    return model.eval().to(device())
+    return model.eval().to(device()), family, model_config

@@ -155,24 +155,54 @@ def train(model, overrides, config_files, **options):
 
 @cli.command("generate")
 @click.argument("run_or_checkpoint", type=RUN_OR_CHECKPOINT)
-@click.option("--prompt", required=True)
+@click.option("--prompt", help="One prompt: prints it with its continuation.")
+@click.option("--prompts", "prompts_file",
+              help='A JSON-lines file, a string or {"prompt": TEXT} a line: prints a JSON line '
+                   '{"prompt", "completion", "finish"} for each.')
+@click.option("--tpu", help="The slice to generate on (e.g. cpu-4); default: the run's.")
 @click.option("--max-new-tokens", type=POSITIVE, default=50, show_default=True)
 @click.option("--temperature", type=FiniteRange(min=0), default=0.8, show_default=True,
               help="Sampling temperature, as `zoo train`'s sample; 0 = greedy.")
 @click.option("--top-k", type=click.IntRange(min=0), default=40, show_default=True,
               help="Sample from the K likeliest tokens; 0 = no top-k cut.")
+@click.option("--top-p", type=FiniteRange(min=0, max=1, min_open=True), default=1.0,
+              show_default=True, help="Sample from the likeliest tokens whose probability "
+                                      "reaches P; 1 = no cut.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Sampling seed: the same seed gives the same text.")
+              help="Sampling seed: the same seed gives the same text on any number of "
+                   "devices (not the --host path's text).")
+@click.option("--stop", "stops", multiple=True,
+              help="End a continuation before this text (repeatable).")
+@click.option("--batch-size", type=POSITIVE, default=8, show_default=True,
+              help="Prompts generated at once on the devices.")
 @click.option("--raw", is_flag=True,
               help="Prompt a chat-tuned run with the text alone, not through its chat "
                    "template (the default prompts it as it was trained).")
-def generate_command(run_or_checkpoint, prompt, max_new_tokens, temperature, top_k, seed, raw):
-    """Continue PROMPT with a trained run (folder) or one of its checkpoints, sampled as
-    `zoo train`'s end-of-run sample is; --temperature 0 is greedy."""
-    from zoo.app.generate import generate, load_for_generation  # torch
+@click.option("--host", is_flag=True,
+              help="Generate on the host CPU with transformers, as `zoo train`'s end-of-run "
+                   "sample does, not on the run's devices.")
+def generate_command(run_or_checkpoint, prompt, prompts_file, tpu, stops, raw, host, **asked):
+    """Continue prompts with a trained run (folder) or one of its checkpoints, on the run's
+    devices; the last line on stderr says how fast. --temperature 0 is greedy."""
+    if (prompt is None) == (prompts_file is None):
+        raise click.UsageError("give --prompt TEXT or --prompts FILE.jsonl (one of them)")
+    if any(stop == "" for stop in stops):
+        raise UserError("--stop '' is empty; give the text to stop at")
+    from zoo.app.generate import Asked, generate_texts, read_prompts  # torch
 
-    model, tokenizer = load_for_generation(run_or_checkpoint, prompt, max_new_tokens, raw=raw)
-    click.echo(generate(model, tokenizer, prompt, max_new_tokens, temperature, top_k, seed))
+    prompts = [prompt] if prompts_file is None else read_prompts(prompts_file)
+    done = generate_texts(run_or_checkpoint, prompts, Asked(stops=tuple(stops), **asked),
+                          tpu=tpu, raw=raw, host=host)
+    if done.note:
+        click.echo(f"note: {done.note}", err=True)
+    if prompts_file is None:
+        click.echo(done.text[0])
+    else:
+        for row in zip(prompts, done.completion, done.finish, strict=True):
+            click.echo(json.dumps(dict(zip(("prompt", "completion", "finish"), row)),
+                                  ensure_ascii=False))
+    if done.stats:
+        click.echo(done.stats, err=True)
 
 
 @cli.command("new-model")

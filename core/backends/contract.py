@@ -135,3 +135,17 @@ class Backend(Protocol):
 
     def load_planner(self) -> LoadPlanner | None:
         """DCP's planner for a checkpoint restore (None: DCP's default)."""
+
+    # -- what the sampler (core/sampler) needs ------------------------------------------------
+    def sampler_buffer(self, shape: tuple[int, ...], dtype: torch.dtype, spec: tuple,
+                       mesh: object) -> torch.Tensor:
+        """Zeros for a sampler's cache or decode state, [rows, ...] laid out as `spec`
+        (logical axes, e.g. ("batch", None, "tensor", None)): this process's part of them on
+        its devices, where the activations of those rows live."""
+
+    def place_rows(self, batch: Batch, mesh: object) -> Batch:
+        """Host tensors of every row ([rows, ...]) on the devices, split as the loader splits
+        a batch."""
+
+    def host_rows(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Every process's rows of a `place_rows`/`sampler_buffer` tensor, on the host."""

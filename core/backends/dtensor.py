@@ -221,6 +221,37 @@ class DTensorBackend:
 
         return {k: copied(v) for k, v in state.items()}
 
+    # -- what the sampler needs ----------------------------------------------------------------
+    def sampler_buffer(self, shape: tuple[int, ...], dtype: torch.dtype, spec: tuple,
+                       mesh: object) -> torch.Tensor:
+        """This process's contiguous share of the rows, local on its device (FSDP2's
+        activations are local: the cache of a row lives with the row)."""
+        return torch.zeros(self._own_rows(shape[0]), *shape[1:], dtype=dtype,
+                           device=self.device)
+
+    def place_rows(self, batch: Batch, mesh: object) -> Batch:
+        return {key: value[self._row_slice(value.shape[0])].to(self.device)
+                for key, value in batch.items()}
+
+    def host_rows(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Every process's rows, in process order, on the host."""
+        if tensor.dtype == torch.bool:  # gloo gathers no bools
+            return self.host_rows(tensor.to(torch.uint8)).bool()
+        parts = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
+        dist.all_gather(parts, tensor.contiguous())
+        return torch.cat(parts).cpu()
+
+    def _own_rows(self, rows: int) -> int:
+        world = dist.get_world_size()
+        if rows % world:
+            raise UserError(f"the sampler's {rows} rows do not split over {world} processes; "
+                            f"give a multiple of {world}")
+        return rows // world
+
+    def _row_slice(self, rows: int) -> slice:
+        own = self._own_rows(rows)
+        return slice(dist.get_rank() * own, (dist.get_rank() + 1) * own)
+
     def save_planner(self) -> None:
         return None  # DCP's default planner: DTensor shards, replicas written once
 

@@ -87,19 +87,23 @@ class GenerationCache:
     latest position p with p mod window = s."""
 
     def __init__(self, layout: list[LayerLayout], rows: int, slots: int, dtype: torch.dtype,
-                 device: torch.device):
+                 placement):
+        """`placement` (core/sampler/placement.py) makes each [rows, ...] tensor where the
+        rows' activations live: zeros laid out as a stream's spec, host tensors split by row."""
         self.layers = []
         for layer in layout:
             ring = layer.window if 0 < layer.window < slots else 0
             self.layers.append(LayerCache(self, {
-                stream.name: torch.zeros(rows, ring or slots, *stream.per_token, dtype=dtype,
-                                         device=device)
+                stream.name: placement.zeros((rows, ring or slots, *stream.per_token), dtype,
+                                             stream.spec)
                 for stream in layer.streams}, ring))
-        self.row_index = torch.arange(rows, device=device)
-        self.key_positions = torch.arange(slots, device=device).expand(rows, slots)
+        # each row's index among the rows this process holds (all of them on XLA's SPMD)
+        held = placement.zeros((rows,), torch.long, ("batch",))
+        self.row_index = held + torch.arange(held.shape[0], device=held.device)
+        self.key_positions = placement.rows(torch.arange(slots).expand(rows, slots).contiguous())
         # per window: the position each slot holds, shared by the layers with that window,
         # and at prefill the prompt column each slot takes
-        self.ring_positions = {layer.ring: torch.full((rows, layer.ring), -1, device=device)
+        self.ring_positions = {layer.ring: placement.rows(torch.full((rows, layer.ring), -1))
                                for layer in self.layers if layer.ring}
         self.ring_columns: dict[int, torch.Tensor] = {}
         self.cursor: torch.Tensor | None = None

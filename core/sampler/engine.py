@@ -20,6 +20,7 @@ from torch import nn
 from core.remat import LayerStack
 from core.sampler.cache import GenerationCache, LayerLayout
 from core.sampler.params import SamplerShape, SamplingParams
+from core.sampler.placement import OnBackend, OnDevice
 from core.sampler.sampling import choose
 from core.sampler.stops import StopMatcher
 
@@ -29,6 +30,8 @@ class Timings:
     prefill_s: float = 0.0
     decode_s: float = 0.0
     new_tokens: int = 0
+    compiles: int = 0  # graphs the backend compiled during the call (XLA: buckets new + 1)
+    compile_s: float = 0.0
 
     @property
     def tokens_per_s(self) -> float:
@@ -76,13 +79,27 @@ class _Draw:
 
 class Sampler:
     """Generates with `model` (a decoder with `hidden_states(ids, segment_ids, positions)`
-    and `logits(hidden)`) whose attention writes the cache `layout` describes; eagerly on the
-    model's device."""
+    and `logits(hidden)`) whose attention writes the cache `layout` describes. With a
+    `backend` (and the `mesh` its `prepare` returned) the model is the prepared one: cache
+    and state are split by row as its activations are, every forward goes through
+    `backend.run` and each step ends with `backend.sync` (XLA: one graph traced and run);
+    without one, eagerly on the model's device. `bf16`: the run's evaluation precision
+    (`backend.autocast`); log-probs are computed in fp32 either way."""
 
-    def __init__(self, model: nn.Module, layout: list[LayerLayout], *, shape: SamplerShape):
-        self.model, self.layout, self.shape = model, layout, shape
+    def __init__(self, model: nn.Module, layout: list[LayerLayout], *, shape: SamplerShape,
+                 backend=None, mesh=None, bf16: bool = False):
+        self.model, self.layout, self.shape, self.bf16 = model, layout, shape, bf16
         first = next(model.parameters())
-        self.device, self.dtype = first.device, first.dtype
+        self.device = first.device
+        self.dtype = torch.bfloat16 if bf16 else first.dtype
+        self.place = OnDevice(self.device) if backend is None else OnBackend(backend, mesh)
+        self._compiles_at_start = self.place.compile_stats()
+
+    @property
+    def compiles(self) -> tuple[int, float]:
+        """(graphs compiled, seconds compiling) since this sampler was made."""
+        count, seconds = self.place.compile_stats()
+        return count - self._compiles_at_start[0], seconds - self._compiles_at_start[1]
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, *,
                  sample_ids: Sequence[int] | None = None,
@@ -102,6 +119,7 @@ class Sampler:
         logprobs: list[list[float]] = [[] for _ in prompts]
         finish = [""] * len(prompts)
         timings = Timings()
+        compiled_before = self.place.compile_stats()
         with self._generating():
             for first in range(0, len(order), self.shape.rows):
                 chunk = order[first:first + self.shape.rows]
@@ -112,6 +130,9 @@ class Sampler:
                                                                      strict=False):
                     tokens[i], logprobs[i], finish[i] = row_tokens, row_logprobs, row_finish
         timings.new_tokens = sum(map(len, tokens))
+        compiled_after = self.place.compile_stats()
+        timings.compiles = compiled_after[0] - compiled_before[0]
+        timings.compile_s = compiled_after[1] - compiled_before[1]
         return Completions(tokens, logprobs, finish, timings)
 
     @contextlib.contextmanager
@@ -128,46 +149,56 @@ class Sampler:
 
     def _generate_rows(self, prompts, sample_ids, params, decode, pad_id, timings):
         """One call: `prompts` (at most `rows`, padding rows added as empty and done) through
-        a prefill at their bucket and decode steps until every row is done."""
-        rows, slots = self.shape.rows, self.shape.slots
+        a prefill at their bucket and decode steps until every row is done. Every input is
+        made on the host and sent; each step is one `sync`, after which the host reads only
+        device data (on XLA nothing compiles but the prefill and the step)."""
+        rows, slots, place = self.shape.rows, self.shape.slots, self.place
         bucket = self.shape.bucket(max(map(len, prompts)))
         ids = torch.full((rows, bucket), pad_id, dtype=torch.long)
         for row, prompt in enumerate(prompts):
             ids[row, :len(prompt)] = torch.tensor(prompt)
         lengths = torch.tensor([len(p) for p in prompts] + [1] * (rows - len(prompts)))
         padding = torch.arange(rows) >= len(prompts)
-        device = self.device
         draw = _Draw(params.greedy, params.top_k, params.top_p,
-                     torch.tensor(params.temperature or 1.0, device=device),
-                     torch.tensor(params.seed, dtype=torch.int32, device=device),
-                     torch.tensor(sample_ids + [0] * (rows - len(prompts)), dtype=torch.int32,
-                                  device=device),
-                     torch.tensor(params.stop_token_ids, dtype=torch.int32, device=device))
-        cache = GenerationCache(self.layout, rows, slots, self.dtype, self.device)
+                     torch.tensor(params.temperature or 1.0).to(self.device),
+                     torch.tensor(params.seed, dtype=torch.int32).to(self.device),
+                     place.rows(torch.tensor(sample_ids + [0] * (rows - len(prompts)),
+                                             dtype=torch.int32)),
+                     torch.tensor(params.stop_token_ids, dtype=torch.int32).to(self.device))
         started = time.perf_counter()
-        with cache.bind(self.model):
-            state = self._prefill(cache, ids.to(self.device), lengths.to(self.device),
-                                  padding.to(self.device), params.max_new_tokens, draw)
-            all_done = bool(state.done.all())
-            timings.prefill_s += time.perf_counter() - started
-            started = time.perf_counter()
-            matcher = StopMatcher(params.stop_strings, decode) if params.stop_strings else None
-            stopped_at: dict[int, int] = {}
-            no_hits = torch.zeros(rows, dtype=torch.bool, device=self.device)
-            hits = no_hits
-            steps = 0
-            while not all_done:
-                for _ in range(max(1, min(params.check_every,
-                                          params.max_new_tokens - 1 - steps))):
-                    state = self._decode(cache, state, hits, draw)
-                    hits, steps = no_hits, steps + 1
-                all_done = bool(state.done.all())
-                if matcher is not None:  # a row it ends is done by the next step
-                    hits = self._stop_strings(matcher, state, len(prompts), stopped_at)
-            timings.decode_s += time.perf_counter() - started
+        # per call: on XLA the weights' casts then join each prefill's graph, whichever runs
+        with place.autocast(self.model, self.bf16):
+            cache = GenerationCache(self.layout, rows, slots, self.dtype, place)
+            with cache.bind(self.model):
+                # the first new column twice, as two buffers: one the step moves (cur), one
+                # it keeps (start). Were they one, the first step's graph would take one input
+                # where the next steps take two: a second compile
+                state = place.run(self._prefill, cache, place.rows(ids), place.rows(lengths),
+                                  place.rows(lengths), place.rows(padding),
+                                  place.rows(lengths + params.max_new_tokens), draw)
+                place.sync()
+                all_done = bool(place.host(state.done).all())
+                timings.prefill_s += time.perf_counter() - started
+                started = time.perf_counter()
+                matcher = (StopMatcher(params.stop_strings, decode) if params.stop_strings
+                           else None)
+                stopped_at: dict[int, int] = {}
+                no_hits = place.zeros((rows,), torch.bool, ("batch",))
+                hits = no_hits
+                steps = 0
+                while not all_done:
+                    for _ in range(max(1, min(params.check_every,
+                                              params.max_new_tokens - 1 - steps))):
+                        state = place.run(self._decode, cache, state, hits, draw)
+                        place.sync()
+                        hits, steps = no_hits, steps + 1
+                    all_done = bool(place.host(state.done).all())
+                    if matcher is not None:  # a row it ends is done by the next step
+                        hits = self._stop_strings(matcher, state, len(prompts), stopped_at)
+                timings.decode_s += time.perf_counter() - started
         return self._rows(state, len(prompts), stopped_at, draw)
 
-    def _prefill(self, cache, ids, lengths, padding, max_new_tokens, draw) -> DecodeState:
+    def _prefill(self, cache, ids, lengths, start, padding, limit, draw) -> DecodeState:
         """The prompts' forward (writing their keys and values) and each row's first token,
         sampled from the hidden state of its last prompt token."""
         with cache.prefill(lengths):
@@ -177,15 +208,13 @@ class Sampler:
         token, logprob = choose(logits, greedy=draw.greedy, temperature=draw.temperature,
                                 top_k=draw.top_k, top_p=draw.top_p, seed=draw.seed,
                                 sample_ids=draw.sample_ids, index=torch.zeros_like(lengths))
-        rows, slots = ids.shape[0], self.shape.slots
-        tokens = torch.zeros(rows, slots, dtype=torch.int32, device=ids.device)
-        logprobs = torch.zeros(rows, slots, dtype=torch.float32, device=ids.device)
-        row_index = torch.arange(rows, device=ids.device)
-        tokens.index_put_((row_index, lengths), token)
-        logprobs.index_put_((row_index, lengths), logprob)
-        limit = lengths + max_new_tokens
-        done = padding | torch.isin(token, draw.stop_ids) | (lengths + 1 >= limit)
-        return DecodeState(lengths, token, lengths, limit, done, tokens, logprobs)
+        rows, slots = self.shape.rows, self.shape.slots  # every process's rows
+        tokens = self.place.zeros((rows, slots), torch.int32, ("batch", None))
+        logprobs = self.place.zeros((rows, slots), torch.float32, ("batch", None))
+        tokens.index_put_((cache.row_index, lengths), token)
+        logprobs.index_put_((cache.row_index, lengths), logprob)
+        done = padding | _stops(token, draw.stop_ids) | (lengths + 1 >= limit)
+        return DecodeState(lengths, token, start, limit, done, tokens, logprobs)
 
     def _decode(self, cache, state: DecodeState, hits, draw) -> DecodeState:
         """One token for every row: the last token at its position in, the next one out. A
@@ -199,20 +228,20 @@ class Sampler:
                                 index=state.cur + 1 - state.start)
         was_done = state.done | hits
         column = torch.clamp(state.cur + 1, max=self.shape.slots - 1)
-        row_index = torch.arange(state.cur.shape[0], device=state.cur.device)
+        row_index = cache.row_index
         old_token = state.tokens.gather(1, column[:, None])[:, 0]
         old_logprob = state.logprobs.gather(1, column[:, None])[:, 0]
         state.tokens.index_put_((row_index, column), torch.where(was_done, old_token, token))
         state.logprobs.index_put_((row_index, column),
                                   torch.where(was_done, old_logprob, logprob))
-        done = was_done | torch.isin(token, draw.stop_ids) | (state.cur + 2 >= state.limit)
+        done = was_done | _stops(token, draw.stop_ids) | (state.cur + 2 >= state.limit)
         return dataclasses.replace(state, cur=state.cur + (~was_done).long(),
                                    last=torch.where(was_done, state.last, token), done=done)
 
     def _stop_strings(self, matcher, state, prompts, stopped_at) -> torch.Tensor:
         """[rows] bool on the device: the rows a stop string ended since the last check
         (their token counts recorded in `stopped_at`)."""
-        tokens, cur, start = (t.cpu() for t in (state.tokens, state.cur, state.start))
+        tokens, cur, start = map(self.place.host, (state.tokens, state.cur, state.start))
         hits = torch.zeros(cur.shape[0], dtype=torch.bool)
         for row in range(prompts):
             if row in stopped_at:
@@ -221,12 +250,12 @@ class Sampler:
             if count is not None:
                 stopped_at[row] = count
                 hits[row] = True
-        return hits.to(state.done.device)
+        return self.place.rows(hits)
 
     def _rows(self, state, prompts, stopped_at, draw):
         """(tokens, log-probs, finish) of each real row, read back once."""
-        tokens, logprobs, cur, start = (t.cpu() for t in (state.tokens, state.logprobs,
-                                                          state.cur, state.start))
+        tokens, logprobs, cur, start = map(self.place.host, (state.tokens, state.logprobs,
+                                                             state.cur, state.start))
         stop_ids = set(draw.stop_ids.tolist())
         results = []
         for row in range(prompts):
@@ -237,3 +266,9 @@ class Sampler:
             results.append((row_tokens, logprobs[row, columns].tolist(),
                             "stop" if stopped else "length"))
         return results
+
+
+def _stops(tokens: torch.Tensor, stop_ids: torch.Tensor) -> torch.Tensor:
+    """[rows] bool: the token is a stop id. A comparison, not `torch.isin`, which torch_xla
+    runs by reading the values (a graph cut, and a compile, every step)."""
+    return (tokens[:, None] == stop_ids[None, :]).any(-1)

@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 
 from core.errors import UserError
+from core.mesh import BATCH_AXES
 
 DEFAULT_BUCKETS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 
@@ -26,6 +28,23 @@ class SamplerShape:
         if not self.buckets or list(self.buckets) != sorted(set(self.buckets)) \
                 or self.buckets[0] < 1:
             raise UserError(f"prompt buckets {self.buckets} must be increasing and positive")
+
+    @classmethod
+    def for_model(cls, config, rows: int, max_new_tokens: int, longest_prompt: int,
+                  mesh_sizes: dict[str, int] | None = None,
+                  buckets: tuple[int, ...] = DEFAULT_BUCKETS) -> SamplerShape:
+        """The shape for `rows` prompts of up to `longest_prompt` tokens and `max_new_tokens`
+        on a model of `config` (its `max_position_embeddings` bounds the two) whose batch is
+        split over the batch axes of `mesh_sizes`: rows rounded up to a multiple of those
+        axes' devices (the extra rows are padding, done from the start), slots for the
+        longest prompt's bucket and the new tokens."""
+        max_positions = getattr(config, "max_position_embeddings", None)
+        if max_positions is not None and longest_prompt + max_new_tokens > max_positions:
+            raise UserError(f"a prompt of {longest_prompt} tokens and {max_new_tokens} new "
+                            f"tokens pass the model's {max_positions} positions")
+        split = math.prod((mesh_sizes or {}).get(axis, 1) for axis in BATCH_AXES)
+        shape = cls(-(-max(rows, 1) // split) * split, 1, buckets)
+        return dataclasses.replace(shape, slots=shape.bucket(longest_prompt) + max_new_tokens)
 
     def bucket(self, length: int) -> int:
         """The padded length a prompt of `length` tokens is prefilled at."""

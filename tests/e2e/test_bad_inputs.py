@@ -45,6 +45,9 @@ FILES = {
     "section.yaml": "optim: 0.001\n",
     "sft_text.jsonl": '{"text": "no prompt"}\n',
     "grpo_question.jsonl": '{"question": "What is 2 + 2?", "answer": "4"}\n',
+    "prompts_none.jsonl": "\n",
+    "prompts_text.jsonl": '"a prompt"\n{"text": "no prompt"}\n',
+    "prompts_latin1.jsonl": b'"caf\xe9"\n',
     "sft_empty.jsonl": '{"messages": [{"role": "user", "content": "hi"}, '
                        '{"role": "assistant", "content": ""}]}\n',
     "sft_role.jsonl": '{"messages": [{"role": "bot", "content": "hi"}, '
@@ -306,6 +309,16 @@ CASES = [
      "'--top-k': -1 is not in the range x>=0."),
     (["generate", "{d}/run", "--prompt", "hi", "--seed", "-1"],
      "'--seed': -1 is not in the range x>=0."),
+    (["generate", "{d}/run"], "give --prompt TEXT or --prompts FILE.jsonl (one of them)"),
+    (["generate", "{d}/run", "--prompts", "{d}/missing.jsonl"], "missing.jsonl: no such file"),
+    (["generate", "{d}/run", "--prompts", "{d}/prompts_none.jsonl"], "holds no prompt"),
+    (["generate", "{d}/run", "--prompts", "{d}/prompts_text.jsonl"], "line 2 has no prompt"),
+    (["generate", "{d}/run", "--prompts", "{d}/prompts_latin1.jsonl"], "is not UTF-8 text"),
+    (["generate", "{d}/run", "--prompt", "hi", "--top-p", "0"],
+     "'--top-p': 0.0 is not in the range 0<x<=1."),
+    (["generate", "{d}/run", "--prompt", "hi", "--stop", ""], "--stop '' is empty"),
+    (["generate", "{d}/run", "--prompt", "hi", "--batch-size", "0"],
+     "'--batch-size': 0 is not in the range x>=1."),
     (["generate", "{d}/t5run", "--prompt", "hi"],
      "t5run is a t5-tiny run (seq2seq); zoo generate continues prompts with causal language"),
     # evaluation

@@ -133,7 +133,7 @@ def test_greedy_generation_gives_transformers_tokens(exported):
     run_folder, hf = exported
     # --raw: the tuned run is prompted with the text alone, as transformers is below
     result = zoo_here("generate", str(run_folder), "--prompt", "The", "--temperature", "0",
-                      "--max-new-tokens", "12", "--raw")
+                      "--max-new-tokens", "12", "--raw", "--host")  # in this process
     assert result.exit_code == 0, result.output[-2000:]
     tokenizer = load_tokenizer(str(hf))
     theirs = transformers.AutoModelForCausalLM.from_pretrained(hf).eval()

@@ -86,7 +86,8 @@ def test_a_relative_folder_is_stored_absolute_and_a_rerun_needs_no_init_from(hf,
     assert (saved["model"]["attention"], saved["model"]["loss_chunk_tokens"],
             saved["model"]["num_hidden_layers"]) == ("plain", 16, 2)
     # from another directory: the LoRA run's base is found where it was started from
-    generated = zoo_here("generate", str(run), "--prompt", "The", "--max-new-tokens", "3")
+    generated = zoo_here("generate", str(run), "--prompt", "The", "--max-new-tokens", "3",
+                         "--host")  # in this process: no devices of its own
     assert generated.exit_code == 0, generated.output[-2000:]
     rerun = zoo("train", "--steps", "3", "--out", str(run), *RUN_TIME)  # no model, no start
     assert rerun.returncode == 0, rerun.stderr[-3000:]

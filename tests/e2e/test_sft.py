@@ -6,6 +6,8 @@ the same losses, which holds only when every micro-batch and process weighs its 
 trained tokens (packed rows hold different numbers of them). `zoo generate` prompts the tuned
 run through its chat template, as its end-of-run sample did."""
 
+import json
+import re
 import shutil
 
 import pytest
@@ -49,7 +51,8 @@ def test_zoo_generate_prompts_the_chat_run_as_its_end_of_run_sample_did(tuned_wi
     out, result = tuned_with_adapters["xla"]
     sample = next(line for line in result.stdout.splitlines() if line.startswith("sample: "))
     prompt = 'Repeat the word "zoo".'  # the task's sample prompt, 40 tokens, seed 0
-    generated = zoo("generate", str(out), "--prompt", prompt, "--max-new-tokens", "40")
+    generated = zoo("generate", str(out), "--prompt", prompt, "--max-new-tokens", "40",
+                    "--host")
     assert generated.returncode == 0, generated.stderr[-2000:]
     text = generated.stdout.removesuffix("\n")
     assert f"sample: {text!r}" == sample
@@ -83,3 +86,23 @@ def test_a_run_whose_data_moved_still_generates_through_its_template(tuned_with_
     assert chat.chat_template is not None
     original, _ = load_for_generation(out, prompt, 10)
     assert generate(model, chat, prompt, 10) == generate(original, chat, prompt, 10)
+
+
+def test_zoo_generate_on_the_devices_is_the_host_paths_greedy_text(pretrained_run, tmp_path):
+    """`zoo generate` on 2 XLA devices (the device sampler) and `--host` (transformers, as the
+    end-of-run sample) continue the same prompts with the same greedy text; the device path
+    ends with its timings, two compiles for prompts in one bucket (a prefill and a step)."""
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('"Once upon a time"\n{"prompt": "The zoo has"}\n')
+    common = ("generate", str(pretrained_run), "--prompts", str(prompts), "--temperature", "0",
+              "--max-new-tokens", "8")
+    device, host = zoo(*common, "--tpu", "cpu-2"), zoo(*common, "--host")
+    assert device.returncode == 0, device.stderr[-2000:]
+    assert host.returncode == 0, host.stderr[-2000:]
+    rows = [json.loads(line) for line in device.stdout.splitlines()]
+    assert [row["prompt"] for row in rows] == ["Once upon a time", "The zoo has"]
+    assert all(row["completion"] and row["finish"] in ("stop", "length") for row in rows)
+    assert device.stdout == host.stdout
+    assert re.fullmatch(r"prefill [\d.]+ s, decode [\d.]+ s, \d+ new tokens \(\d+ tokens/s\), "
+                        r"2 compiles \([\d.]+ s\) on 2 devices",
+                        device.stderr.splitlines()[-1]), device.stderr[-500:]

@@ -190,8 +190,6 @@ def hf_folder(folder: Path, template: bool, weights: bool = False) -> Path:
 @pytest.mark.parametrize("args, message", [
     (["--chat-template"], "has no chat template (no chat_template in tokenizer_config.json, "
                           "no chat_template.jinja), and --chat-template renders every prompt"),
-    (["--device", "xla"], "task 'zoo_instructions' generates text, and --device xla only "
-                          "scores log-likelihoods; run it with --device cpu or cuda"),
 ])
 def test_eval_refuses_in_one_line_before_lm_eval_runs(tmp_path, monkeypatch, args, message):
     import lm_eval
@@ -222,3 +220,24 @@ def test_zoo_eval_scores_the_task_through_the_chat_template(tmp_path):
     assert record["chat_template"] is True
     assert len(record["generations"]["zoo_instructions"]) == 8
     assert 0.0 <= record["results"]["zoo_instructions"]["exact_match,none"] <= 1.0
+
+
+@pytest.mark.slow  # two evals, one of them compiling the sampler's graphs: the suite is tight
+def test_zoo_eval_on_xla_generates_what_the_cpu_does(tmp_path):
+    """A generating task with --device xla runs through zoo's device sampler: the same
+    greedy answers as transformers' generate with --device cpu."""
+    folder = hf_folder(tmp_path / "model", template=False, weights=True)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "HF_DATASETS_CACHE": str(tmp_path / "datasets")}
+    found = {}
+    for device in ("cpu", "xla"):
+        result = subprocess.run(
+            [sys.executable, "-c", "from tools.cli import main; main()", "eval", str(folder),
+             "--tasks", "zoo_instructions", "--limit", "4", "--device", device, "--out",
+             str(tmp_path / device)],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, result.stderr[-3000:]
+        record = json.loads((tmp_path / device / "eval_results.json").read_text())
+        found[device] = record["generations"]["zoo_instructions"]
+    assert len(found["cpu"]) == 4 and any(found["cpu"])
+    assert found["xla"] == found["cpu"]

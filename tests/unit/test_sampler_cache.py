@@ -7,6 +7,7 @@ import torch
 
 from core.attention import attention_at_positions, plain_causal_attention
 from core.sampler.cache import CacheOrderError, GenerationCache, LayerLayout, Stream
+from core.sampler.placement import OnDevice
 
 BATCH, HEADS, KV_HEADS, SEQ, DIM = 3, 4, 2, 10, 8
 LENGTHS = [10, 6, 1]  # right-padded rows
@@ -48,7 +49,7 @@ def two_layer_cache():
     spec = ("batch", None, "tensor", None)
     layer = LayerLayout((Stream("k", per_token, spec), Stream("v", per_token, spec)))
     return GenerationCache([layer, layer], rows=BATCH, slots=SEQ, dtype=torch.float32,
-                           device=torch.device("cpu"))
+                           placement=OnDevice(torch.device("cpu")))
 
 
 def test_a_forward_that_skips_a_layer_is_refused():
@@ -81,7 +82,7 @@ def test_decode_writes_each_rows_column_at_its_position():
 def test_a_window_as_long_as_the_cache_needs_no_ring():
     layer = LayerLayout((Stream("k", (KV_HEADS, DIM), ()),), window=4)
     cache = GenerationCache([layer], rows=3, slots=4, dtype=torch.float32,
-                            device=torch.device("cpu"))
+                            placement=OnDevice(torch.device("cpu")))
     assert cache.layers[0].ring == 0 and not cache.ring_positions
 
 
@@ -91,7 +92,7 @@ def test_a_ring_keeps_each_slots_latest_prompt_position_then_wraps():
     per_token = (KV_HEADS, DIM)
     layer = LayerLayout((Stream("k", per_token, ()),), window=4)
     cache = GenerationCache([layer], rows=3, slots=12, dtype=torch.float32,
-                            device=torch.device("cpu"))
+                            placement=OnDevice(torch.device("cpu")))
     keys = torch.arange(SEQ, dtype=torch.float32)[None, :, None, None].expand(3, SEQ, *per_token)
     with cache.prefill(torch.tensor([3, 4, 9])):
         assert cache.next().update(k=keys) is None

@@ -1,6 +1,9 @@
-"""Sample text from a trained run or checkpoint on the host CPU (no torch_xla needed).
+"""Sample text from a trained run or checkpoint: on the run's devices through the device
+sampler (core/sampler; `load_sampler`, `sample_on_devices`), or on the host CPU (no torch_xla
+needed: `load_for_generation`, `generate`), which `zoo train`'s end-of-run sample uses and
+`zoo generate --host` keeps.
 
-A family with a Hugging Face class generates through transformers' `generate`, whose KV
+On the host, a family with a Hugging Face class generates through transformers' `generate`, whose KV
 cache makes each new token cost one position (a long generation is linear in its length);
 a family without one (a new model before its export is written) runs its own model over the
 whole sequence for every token.
@@ -14,6 +17,8 @@ prompt and seed they print the same text; `raw` prompts the model with the text 
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 from pathlib import Path
 
@@ -22,6 +27,7 @@ import torch
 from core.data import load_tokenizer
 from core.errors import UserError
 from core.hf import misfit
+from core.sampler import Sampler, SamplerShape, SamplingParams
 from core.store.checkpoint_reader import first_misfit
 from zoo.app.init_from import model_weights
 from zoo.app.saved_run import load_run, refuse_misfit
@@ -36,16 +42,8 @@ def load_for_generation(path: str | Path, prompt: str = "", max_new_tokens: int 
     conversations, None (prompts are raw) for any other run or with `raw`. Before any
     weights are read, refused unless the model makes text and has positions for the
     prompt as prompted and `max_new_tokens` more."""
-    run, _ = load_run(path)
+    run, tokenizer = run_and_tokenizer(path, raw)
     family, cfg = run.family, run.config
-    if not family.task.generates_text:
-        raise UserError(f"{path} is a {cfg.model_name} run ({family.task.name}); zoo generate "
-                        "continues prompts with causal language models only")
-    tokenizer = load_tokenizer(cfg.data.tokenizer)
-    if raw or not tuned_on_chats(run, path):
-        tokenizer.chat_template = None
-    else:
-        chat_tokens.check_template(tokenizer, f"data.tokenizer={cfg.data.tokenizer} of {path}")
     check_positions(cfg.model, len(prompt_ids(tokenizer, prompt)), max_new_tokens)
     checkpoint, weights = model_weights(path)
     if family.hf_class is None:
@@ -63,6 +61,23 @@ def load_for_generation(path: str | Path, prompt: str = "", max_new_tokens: int 
     hf_class = getattr(transformers, family.hf_class)
     model = hf_class.from_pretrained(None, config=hf_config, state_dict=weights)
     return model.eval(), tokenizer
+
+
+def run_and_tokenizer(path: str | Path, raw: bool = False):
+    """(the saved run, the tokenizer its prompts go through: with its chat template for a
+    run tuned on conversations, without one for any other run or with `raw`), refusing a
+    run whose model makes no text."""
+    run, _ = load_run(path)
+    family, cfg = run.family, run.config
+    if not family.task.generates_text:
+        raise UserError(f"{path} is a {cfg.model_name} run ({family.task.name}); zoo generate "
+                        "continues prompts with causal language models only")
+    tokenizer = load_tokenizer(cfg.data.tokenizer)
+    if raw or not tuned_on_chats(run, path):
+        tokenizer.chat_template = None
+    else:
+        chat_tokens.check_template(tokenizer, f"data.tokenizer={cfg.data.tokenizer} of {path}")
+    return run, tokenizer
 
 
 def tuned_on_chats(run, path: str | Path) -> bool:
@@ -113,7 +128,6 @@ def check_sampling(max_new_tokens: int, temperature: float, top_k: int) -> None:
         raise UserError(f"--top-k must be >= 0 (0: no top-k cut), not {top_k}")
 
 
-@torch.no_grad()
 def generate(
     model,
     tokenizer,
@@ -127,8 +141,17 @@ def generate(
     defaults (`zoo generate`'s too) sample: greedy decoding of a freshly trained small model
     repeats one token, often a blank line, where sampling shows what it learned. The prompt
     goes through the tokenizer's chat template when it has one (`prompt_ids`)."""
+    ids = prompt_ids(tokenizer, prompt)
+    new = host_new_tokens(model, tokenizer, ids, max_new_tokens, temperature, top_k, seed)
+    return tokenizer.decode(ids + new, skip_special_tokens=True)
+
+
+@torch.no_grad()
+def host_new_tokens(model, tokenizer, prompt: list[int], max_new_tokens: int,
+                    temperature: float, top_k: int, seed: int) -> list[int]:
+    """The new tokens `generate` samples after the prompt's ids, up to and including EOS."""
     check_sampling(max_new_tokens, temperature, top_k)
-    ids = torch.tensor([prompt_ids(tokenizer, prompt)])
+    ids = torch.tensor([prompt])
     torch.manual_seed(seed)
     if hasattr(model, "generate"):  # a transformers model: with its KV cache
         from transformers import GenerationConfig, LogitsProcessorList  # transformers
@@ -154,7 +177,10 @@ def generate(
             ids = torch.cat([ids, token.view(1, 1)], dim=1)
             if token.item() == tokenizer.eos_token_id:
                 break
-    return tokenizer.decode(ids[0], skip_special_tokens=True)
+    new = ids[0, len(prompt):].tolist()
+    if tokenizer.eos_token_id in new:  # transformers pads the rows it ended early
+        new = new[:new.index(tokenizer.eos_token_id) + 1]
+    return new
 
 
 def _refuse_non_finite(ids, scores):
@@ -175,3 +201,148 @@ def sample_after_training(run_folder: str, prompt: str) -> str:
         return f"sample: none, {error}"
     return f"sample: {sample!r}"
 
+
+
+@dataclasses.dataclass(frozen=True)
+class Asked:
+    """What `zoo generate` asks for, the same on either path."""
+
+    max_new_tokens: int = 50
+    temperature: float = 0.8
+    top_k: int = 40
+    top_p: float = 1.0
+    seed: int = 0
+    stops: tuple[str, ...] = ()
+    batch_size: int = 8
+
+
+@dataclasses.dataclass
+class Generated:
+    """Per prompt: the prompt and its continuation as one text (what `--prompt` prints),
+    the continuation alone, and why it ended ("stop": EOS or a stop string, "length")."""
+
+    text: list[str]
+    completion: list[str]
+    finish: list[str]
+    stats: str | None = None  # the device sampler's timings line
+    note: str | None = None  # why it ran on the host when the device was not asked against
+
+
+def read_prompts(path: str) -> list[str]:
+    """The prompts of a JSON-lines file: each line a JSON string or {"prompt": TEXT}."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise UserError(f"--prompts {path}: no such file") from None
+    except UnicodeDecodeError:
+        raise UserError(f"--prompts {path} is not UTF-8 text; give JSON lines") from None
+    except OSError as error:
+        raise UserError(f"--prompts {path}: {error.strerror}") from None
+    prompts = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            raise UserError(f"--prompts {path} line {number} is not JSON; give a string or "
+                            '{"prompt": TEXT} a line') from None
+        prompt = row.get("prompt") if isinstance(row, dict) else row
+        if not isinstance(prompt, str) or not prompt:
+            raise UserError(f'--prompts {path} line {number} has no prompt; give a string or '
+                            '{"prompt": TEXT} a line')
+        prompts.append(prompt)
+    if not prompts:
+        raise UserError(f"--prompts {path} holds no prompt; give a string or "
+                        '{"prompt": TEXT} a line')
+    return prompts
+
+
+def generate_texts(path: str, prompts: list[str], asked: Asked, *, tpu: str | None = None,
+                   raw: bool = False, host: bool = False) -> Generated:
+    """Every prompt continued by the run at `path`: on its devices (the device sampler), or
+    on the host with `host` or where the device sampler cannot run (a note says why)."""
+    run, tokenizer = run_and_tokenizer(path, raw)
+    ids = [prompt_ids(tokenizer, prompt) for prompt in prompts]
+    check_positions(run.config.model, max(map(len, ids)), asked.max_new_tokens)
+    note = None
+    if not host:
+        from core.backends.xla.runtime import installed  # start-up
+
+        if run.family.cache_layout is None:
+            note = (f"{run.family.name} has no device sampler yet (no cache layout): "
+                    "generating on the host")
+        elif not installed():
+            note = "torch_xla is not installed: generating on the host"
+    if host or note:
+        if asked.top_p < 1:
+            raise UserError("--top-p needs the device sampler; drop --top-p or --host")
+        model, _ = load_for_generation(path, prompts[0], asked.max_new_tokens, raw=raw)
+        news = [host_new_tokens(model, tokenizer, prompt, asked.max_new_tokens,
+                                asked.temperature, asked.top_k, asked.seed) for prompt in ids]
+        done = _texts(tokenizer, ids, news, asked.stops,
+                      ["stop" if new and new[-1] == tokenizer.eos_token_id else "length"
+                       for new in news])
+        done.note = note
+        return done
+    sampler, devices = load_sampler(run, path, tpu, min(asked.batch_size, len(ids)),
+                                    asked.max_new_tokens, max(map(len, ids)))
+    eos = () if tokenizer.eos_token_id is None else (tokenizer.eos_token_id,)
+    params = SamplingParams(asked.max_new_tokens, asked.temperature, asked.top_k, asked.top_p,
+                            asked.seed, stop_token_ids=eos, stop_strings=asked.stops)
+    out = sampler.generate(ids, params, decode=lambda new: tokenizer.decode(
+        new, skip_special_tokens=True))
+    done = _texts(tokenizer, ids, out.tokens, asked.stops, out.finish)
+    timings = out.timings
+    rate = timings.new_tokens / timings.decode_s if timings.decode_s else 0.0
+    done.stats = (f"prefill {timings.prefill_s:.2f} s, decode {timings.decode_s:.2f} s, "
+                  f"{timings.new_tokens} new tokens ({rate:.0f} tokens/s), "
+                  f"{timings.compiles} compiles ({timings.compile_s:.1f} s) on {devices} "
+                  f"device{'s' if devices > 1 else ''}")
+    return done
+
+
+def load_sampler(run, path: str, tpu: str | None, rows: int, max_new_tokens: int,
+                 longest_prompt: int):
+    """(a device sampler on the run's weights, the devices it runs on): the model built for
+    the slice (`tpu`, else the run's own), its weights (LoRA adapters merged) loaded and
+    sharded by the run's preset on the xla backend, in the run's evaluation precision."""
+    from core import backends, topology  # torch_xla
+    from core.backends.xla.runtime import start  # torch_xla
+    from zoo.app.train import select_runtime  # the trainer's runtime selection
+
+    family, cfg = run.family, run.config
+    topo = topology.parse(tpu) if tpu else run.topology
+    # the weights read and checked on the host first: a damaged run is refused before XLA
+    checkpoint, weights = model_weights(path)
+    model_config = family.model_for(cfg.model, topo, cfg.mesh)
+    model = family.build(model_config, init=False)
+    refuse_misfit(checkpoint, first_misfit(
+        {k: list(v.shape) for k, v in model.state_dict().items()},
+        {k: list(v.shape) for k, v in weights.items()}))
+    model.load_state_dict(weights)
+    select_runtime(topo)
+    start()
+    backend = backends.get("xla")
+    model, _, mesh, sizes = backend.prepare(model, run.rules, cfg.mesh, False)
+    shape = SamplerShape.for_model(model_config, rows, max_new_tokens, longest_prompt, sizes)
+    sampler = Sampler(model, family.cache_layout(model_config), shape=shape, backend=backend,
+                      mesh=mesh, bf16=cfg.runs_in_bf16(topo))
+    return sampler, backend.device_count()
+
+
+def _texts(tokenizer, prompts: list[list[int]], news: list[list[int]], stops: tuple[str, ...],
+           finish: list[str]) -> Generated:
+    """Each prompt with its new tokens as text, cut before the first stop string."""
+    done = Generated([], [], [])
+    for prompt, new, why in zip(prompts, news, finish, strict=True):
+        text = tokenizer.decode(prompt + new, skip_special_tokens=True)
+        start = len(tokenizer.decode(prompt, skip_special_tokens=True))
+        cut = min((at for stop in stops if (at := text.find(stop, start)) >= 0),
+                  default=None)
+        if cut is not None:
+            text, why = text[:cut], "stop"
+        done.text.append(text)
+        done.completion.append(text[start:])
+        done.finish.append(why)
+    return done

@@ -15,7 +15,14 @@ from core.backends.contract import Batch, RematPreset, Result, StepArgs, StepDon
 from core.backends.xla.cpu_peak import remembered_cpu_peak
 from core.backends.xla.profile import StepProfiler
 from core.backends.xla.runtime import compile_stats, sync, sync_and_wait
-from core.backends.xla.spmd import build_mesh, device_loader, shard_model
+from core.backends.xla.spmd import (
+    build_mesh,
+    device_loader,
+    gathered_on_host,
+    sampler_zeros,
+    shard_batch,
+    shard_model,
+)
 from core.errors import UserError
 from core.mesh import axis_sizes
 from core.out_of_memory import parse_out_of_memory
@@ -154,6 +161,22 @@ class XlaBackend:
         from torch_xla.experimental.distributed_checkpoint import SPMDLoadPlanner  # torch_xla
 
         return SPMDLoadPlanner()
+
+    # -- what the sampler needs ----------------------------------------------------------------
+    def sampler_buffer(self, shape: tuple[int, ...], dtype: torch.dtype, spec: tuple,
+                       mesh: object) -> torch.Tensor:
+        return sampler_zeros(shape, dtype, spec, mesh)
+
+    def place_rows(self, batch: Batch, mesh: object) -> Batch:
+        if self.process_count() > 1:
+            raise UserError("the sampler on the xla backend runs on one host; a slice of "
+                            f"{self.process_count()} hosts cannot sample yet")
+        return shard_batch(batch, mesh)
+
+    def host_rows(self, tensor: torch.Tensor) -> torch.Tensor:
+        """The global tensor on the host (SPMD tensors are global), from its shards: read
+        after a sync, it compiles nothing."""
+        return gathered_on_host(tensor)
 
 
 def _first_replicas(value: Any) -> Any:

@@ -8,12 +8,20 @@ import math
 import torch
 
 from core.inputs import batch_spec
-from core.mesh import AXES, MeshConfig, axis_sizes, resolve_axis_sizes, slice_major_device_ids
+from core.mesh import (
+    AXES,
+    LOGICAL_AXES,
+    MeshConfig,
+    axis_sizes,
+    resolve_axis_sizes,
+    slice_major_device_ids,
+)
 from core.sharding import (
     ParamPlan,
     Rule,
     ShardingError,
     ShardingRules,
+    axes_of,
     check_spec,
     match_activations,
     match_gathered,
@@ -159,3 +167,45 @@ def sharded_zeros(param, dtype) -> torch.Tensor:
     if sharding is not None:
         torch_xla._XLAC._xla_mark_sharding(zeros, sharding)
     return zeros
+
+
+def divisible_spec(spec: tuple, shape: tuple[int, ...], mesh_axes: dict[str, int]) -> tuple:
+    """`spec` (logical axes allowed) as mesh axes, each dim keeping the axes only if their
+    devices divide it: a sampler's kv heads split over `tensor` where they can be."""
+    resolved = []
+    for dim, size in zip(spec, shape, strict=True):
+        axes = axes_of(LOGICAL_AXES.get(dim, dim) if isinstance(dim, str) else dim)
+        resolved.append(axes if axes and size % math.prod(mesh_axes[a] for a in axes) == 0
+                        else None)
+    return tuple(resolved)
+
+
+def sampler_zeros(shape: tuple[int, ...], dtype, spec: tuple, mesh) -> torch.Tensor:
+    """Zeros made on the host, sent to the device and marked as `spec`: a sampler's cache or
+    state, placed where the activations of its rows are (no graph compiles)."""
+    import torch_xla  # torch_xla
+    import torch_xla.distributed.spmd as xs  # torch_xla
+
+    zeros = torch.zeros(shape, dtype=dtype).to(torch_xla.device())
+    xs.mark_sharding(zeros, mesh, divisible_spec(spec, shape, axis_sizes(mesh)))
+    return zeros
+
+
+def gathered_on_host(tensor: torch.Tensor) -> torch.Tensor:
+    """A sharded tensor's value on the host, put together from its shards. Its `.cpu()`
+    would compile (and run) a graph that gathers them on the devices first: a compile per
+    read of the sampler's state. Only for computed tensors (after a sync)."""
+    import torch_xla  # torch_xla
+    import torch_xla.core.xla_model as xm  # torch_xla
+    from torch_xla.distributed.spmd import XLAShardedTensor  # torch_xla
+
+    if not torch_xla._XLAC._get_xla_sharding_spec(tensor):
+        return tensor.cpu()
+    xm.wait_device_ops()  # the shards are read directly: the graph that makes them has run
+    whole = torch.empty(tensor.shape, dtype=tensor.dtype)
+    for shard in XLAShardedTensor(tensor).local_shards:
+        if shard.indices is Ellipsis:  # replicated
+            return shard.data
+        index = tuple(shard.indices)
+        whole[index] = shard.data[tuple(slice(0, i.stop - i.start) for i in index)]
+    return whole

@@ -1,0 +1,67 @@
+"""Where a sampler's tensors live: on a backend's devices, split by row as its activations
+are (`OnBackend`), or on the model's one device (`OnDevice`, backend=None: eager, what the
+unit tests and one dtensor process use). The engine and the cache ask only these questions."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from core.precision import compute_in
+
+
+class OnDevice:
+    def __init__(self, device: torch.device):
+        self.device = device
+
+    def zeros(self, shape: tuple[int, ...], dtype: torch.dtype, spec: tuple) -> torch.Tensor:
+        return torch.zeros(shape, dtype=dtype, device=self.device)
+
+    def rows(self, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor.to(self.device)
+
+    def host(self, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor.cpu()
+
+    def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return fn(*args)
+
+    def sync(self) -> None:
+        return None
+
+    def compile_stats(self) -> tuple[int, float]:
+        return 0, 0.0
+
+    def autocast(self, model: torch.nn.Module, bf16: bool) -> contextlib.AbstractContextManager:
+        return compute_in(model, torch.bfloat16 if bf16 else torch.float32)
+
+
+class OnBackend:
+    """A backend's answers (core/backends/contract.py) for the sampler on `mesh`."""
+
+    def __init__(self, backend, mesh):
+        self.backend, self.mesh = backend, mesh
+
+    def zeros(self, shape: tuple[int, ...], dtype: torch.dtype, spec: tuple) -> torch.Tensor:
+        return self.backend.sampler_buffer(shape, dtype, spec, self.mesh)
+
+    def rows(self, tensor: torch.Tensor) -> torch.Tensor:
+        return self.backend.place_rows({"rows": tensor}, self.mesh)["rows"]
+
+    def host(self, tensor: torch.Tensor) -> torch.Tensor:
+        return self.backend.host_rows(tensor)
+
+    def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return self.backend.run(fn, *args)
+
+    def sync(self) -> None:
+        self.backend.sync()
+
+    def compile_stats(self) -> tuple[int, float]:
+        return self.backend.compile_stats()
+
+    def autocast(self, model: torch.nn.Module, bf16: bool) -> contextlib.AbstractContextManager:
+        return self.backend.autocast(model, bf16)

@@ -1,0 +1,100 @@
+"""The device-side half of tests/multidevice/test_sampler.py: the sampler on llama's tiny
+parity config, prepared by the xla backend under each sharding preset that fits the
+process's XLA:CPU devices (1: fsdp; 4: fsdp=4 and fsdp=2 x tensor=2).
+
+Per mesh, calls of one sampler, each with the graphs it compiled: greedy, then greedy with
+fewer new tokens; where SAMPLED names the mesh, sampled (temperature, top-k, top-p, seed)
+and sampled again with another temperature, seed and length; on 1 device, a greedy call in
+bf16 (the run's evaluation precision) on the four short prompts. Few calls: every graph is
+a compile, the default suite's CPU is tight.
+
+    python -m tests.support.sampler_worker OUT.pt       # PJRT_DEVICE=CPU CPU_NUM_DEVICES=N
+    torchrun --nproc-per-node 2 -m tests.support.sampler_worker OUT.pt dtensor   # greedy only
+"""
+
+import dataclasses
+import os
+import sys
+
+os.environ.setdefault("PJRT_DEVICE", "CPU")
+
+import torch  # noqa: E402
+
+from core import backends  # noqa: E402
+from core.backends.xla.runtime import start  # noqa: E402
+from core.mesh import MeshConfig  # noqa: E402
+from core.sampler import Sampler, SamplerShape, SamplingParams  # noqa: E402
+from core.sharding import ShardingRules  # noqa: E402
+from tests.support import llama_cases  # noqa: E402
+
+# six prompts, four rows a call on 1 and 4 devices: the four shortest in bucket 8, then the
+# two longest in bucket 16 beside two padding rows
+PROMPTS = [[5, 17, 42], [7, 3, 99, 150, 23, 8, 61], [11, 12, 13, 14, 15], [30, 40, 50, 60, 70, 80],
+           [200, 1, 9, 77, 31, 64, 12, 5, 88, 19, 2, 4], [9, 8, 7, 6, 5, 4, 3, 2, 1, 100]]
+ROWS = 4
+BUCKETS = (8, 16)
+NEW_TOKENS = 12
+CALLS = {
+    "greedy": SamplingParams(max_new_tokens=NEW_TOKENS),
+    "greedy_shorter": SamplingParams(max_new_tokens=NEW_TOKENS - 4),
+    "sampled": SamplingParams(max_new_tokens=NEW_TOKENS, temperature=0.8, top_k=20, top_p=0.9,
+                              seed=3),
+    "sampled_again": SamplingParams(max_new_tokens=NEW_TOKENS - 2, temperature=0.6, top_k=20,
+                                    top_p=0.9, seed=5),
+}
+GREEDY = ("greedy", "greedy_shorter")
+SAMPLED = {(1, "fsdp"), (4, "fsdp_tensor")}
+SHORT = [prompt for prompt in PROMPTS if len(prompt) <= BUCKETS[0]]
+MESHES = {1: {"fsdp": MeshConfig()},
+          4: {"fsdp": MeshConfig(), "fsdp_tensor": MeshConfig(tensor=2)}}
+
+
+def config():
+    return dataclasses.replace(llama_cases.CONFIG, attention="plain")
+
+
+def sampler(backend, preset: str, mesh_config: MeshConfig, bf16: bool) -> Sampler:
+    family = llama_cases.FAMILY
+    rules = ShardingRules.from_yaml(family.preset("sharding", preset))
+    model, _, mesh, sizes = backend.prepare(family.build(config(), seed=0), rules, mesh_config,
+                                            bf16)
+    shape = SamplerShape.for_model(config(), ROWS, NEW_TOKENS, max(map(len, PROMPTS)),
+                                   sizes, BUCKETS)
+    return Sampler(model, family.cache_layout(config()), shape=shape, backend=backend,
+                   mesh=mesh, bf16=bf16)
+
+
+def outputs(completions) -> dict:
+    return {"tokens": completions.tokens, "logprobs": completions.logprobs,
+            "finish": completions.finish, "compiles": completions.timings.compiles}
+
+
+def run_mesh(backend, preset: str, mesh_config: MeshConfig) -> dict:
+    fp32 = sampler(backend, preset, mesh_config, bf16=False)
+    calls = CALLS if (backend.device_count(), preset) in SAMPLED else GREEDY
+    found = {name: outputs(fp32.generate(PROMPTS, CALLS[name])) for name in calls}
+    found["sampler_compiles"] = fp32.compiles[0]
+    found["rows"] = fp32.shape.rows
+    if backend.device_count() == 1:
+        found["bf16"] = outputs(sampler(backend, preset, mesh_config, bf16=True).generate(
+            SHORT, CALLS["greedy"]))
+    return found
+
+
+def main(out: str, backend_name: str = "xla"):
+    if backend_name == "dtensor":  # each process its contiguous rows, FSDP2 gathering weights
+        backend = backends.get("dtensor")
+        found = outputs(sampler(backend, "fsdp", MeshConfig(), bf16=False).generate(
+            PROMPTS, CALLS["greedy"]))
+        if backend.process_index() == 0:
+            torch.save(found, out)
+        return
+    start()
+    backend = backends.get("xla")
+    results = {preset: run_mesh(backend, preset, mesh_config)
+               for preset, mesh_config in MESHES[backend.device_count()].items()}
+    torch.save(results, out)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
