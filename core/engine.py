@@ -116,10 +116,12 @@ class Engine:
             f"{_over_slices(self.config.mesh.dcn)}; "
             f"{'bf16' if self.bf16 else 'fp32'}; MFU against {peak_note}"
         )
+        # a batch made from the model (a rollout) may compile graphs: not the step's
+        example = self._aside(lambda: self.data.batch(start))
         self._tracker = _StepTracker(self, logger, peak)
         profiler = self.backend.profiler(self.config.profile, self.run_dir)
-        batches = iter(self.backend.loader(self.host_batches(start), self.mesh,
-                                           self.data.batch(start)))
+        batches = iter(self.backend.loader(self.host_batches(start), self.mesh, example,
+                                           prefetch=not getattr(self.data, "on_demand", False)))
         previous = signal.signal(signal.SIGTERM, self._request_stop)
         self.goodput.loop_starts()
         try:
@@ -148,7 +150,7 @@ class Engine:
         for step in range(start + 1, self.config.steps + 1):
             profiler.step_starts(step)
             with profiler.region("data"), account.timing("data_loading"):
-                batch = next(batches)
+                batch = self._aside(lambda: next(batches))
             compiles, began = self._compile_count(), time.monotonic()
             with profiler.region("step"):
                 values = self.train_step(batch)
@@ -229,6 +231,14 @@ class Engine:
 
     def _compile_count(self) -> int:
         return self.backend.compile_stats()[0]
+
+    def _aside(self, work):
+        """`work()`, the graphs it compiles counted apart from the train step's."""
+        before = self._compile_count()
+        try:
+            return work()
+        finally:
+            self.side_compiles += self._compile_count() - before
 
     def autocast(self):
         """The run's precision, for the tasks' evaluation passes as for the step."""

@@ -67,7 +67,9 @@ RunConfig: TypeAlias = Any
 
 
 class Batches(Protocol):
-    """What `Task.data` returns: this host's share of each global batch."""
+    """What `Task.data` returns: this host's share of each global batch. Batches that read
+    the model as it is when they are made (a rollout of the policy) set `on_demand = True`:
+    the engine then makes each one when its step asks, never ahead (no prefetch)."""
 
     def batch(self, index: int) -> dict[str, torch.Tensor]:
         """This host's rows of global batch `index`, a pure function of `index`."""

@@ -79,9 +79,11 @@ class Backend(Protocol):
         """(model placed and sharded, parameter plan, mesh, its axis sizes): the mesh is the
         backend's own kind, for its `loader`; refuses a sharding preset it cannot express."""
 
-    def loader(self, host_batches: Iterable[Batch], mesh: object,
-               example: Batch) -> Iterator[Batch]:
-        """This process's batches on its devices (`example`: one of the batches' shapes)."""
+    def loader(self, host_batches: Iterable[Batch], mesh: object, example: Batch, *,
+               prefetch: bool = True) -> Iterator[Batch]:
+        """This process's batches on its devices (`example`: one of the batches' shapes).
+        `prefetch=False`: each host batch is drawn only when the loader is asked for it (the
+        batches read the model, which the steps between change)."""
 
     def run(self, fn: Callable[..., Result], *args: Any) -> Result:
         """`fn(*args)`, a use of the model: a task's loss, a validation forward."""

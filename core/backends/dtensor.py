@@ -154,9 +154,9 @@ class DTensorBackend:
                             "has no profiler yet: run torch.profiler around `zoo train`")
         return _NoProfile()
 
-    def loader(self, host_batches: Iterable[Batch], mesh: object,
-               example: Batch) -> Iterator[Batch]:
-        for batch in host_batches:
+    def loader(self, host_batches: Iterable[Batch], mesh: object, example: Batch, *,
+               prefetch: bool = True) -> Iterator[Batch]:
+        for batch in host_batches:  # each drawn when asked: there is no prefetch to turn off
             yield {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
 
     def autocast(self, model: torch.nn.Module, bf16: bool) -> contextlib.nullcontext[None]:

@@ -87,9 +87,11 @@ class XlaBackend:
     def profiler(self, config: ProfileConfig, run_dir: Path) -> StepProfiler:
         return StepProfiler(config, run_dir)
 
-    def loader(self, host_batches: Iterable[Batch], mesh: object,
-               example: Batch) -> Iterator[Batch]:
-        return device_loader(host_batches, mesh, example)
+    def loader(self, host_batches: Iterable[Batch], mesh: object, example: Batch, *,
+               prefetch: bool = True) -> Iterator[Batch]:
+        if prefetch:  # torch_xla's loader: batches drawn and sent ahead in a thread
+            return device_loader(host_batches, mesh, example)
+        return (shard_batch(batch, mesh) for batch in host_batches)
 
     def autocast(self, model: torch.nn.Module, bf16: bool) -> AbstractContextManager[object]:
         return compute_in(model, torch.bfloat16 if bf16 else torch.float32)
