@@ -41,7 +41,11 @@ class Rollout:
 
 
 class GRPOBatches:
-    """Rollouts as `Task.data` batches; `generate` is attached once the model is placed."""
+    """Rollouts as `Task.data` batches; `generate` is attached once the model is placed.
+    Made on demand: a batch prefetched during the step before would be sampled from the
+    policy before that step's update."""
+
+    on_demand = True
 
     def __init__(self, prompts: Prompts, ids: list[list[int]], rewards: list[Reward],
                  config: GRPOConfig, *, seq_len: int, global_batch_size: int, seed: int,
@@ -111,6 +115,7 @@ class GRPOBatches:
                    **{key: float(value) for key, value in lengths.items()},
                    "completions/stopped_share": done.finish.count("stop") / len(rows),
                    "rollout_s": seconds, "reward_s": time.perf_counter() - sampled,
+                   "rollout_compiles": done.timings.compiles,
                    "rollout_tokens_per_s": new_tokens / max(sampled - began, 1e-9)}
         forwarded = new_tokens + sum(len(self.ids[i]) for i in rows)
         return Rollout(number, batch, metrics, forwarded, sampled - began)

@@ -135,31 +135,29 @@ class GroupRelative(CausalLM):
         return [Placed("reference model (frozen copy)", sum(p.shard_bytes for p in params))]
 
     def started(self, engine) -> None:
-        """The rollouts sample from the placed model through the backend, in the run's
-        precision, with a cache of seq_len columns per completion."""
+        """The rollouts sample from the placed model on the run's backend and mesh, in the
+        run's precision: one row per completion (rounded up to the mesh's batch split), a
+        cache of seq_len columns per row. On xla a rollout compiles one prefill per prompt
+        bucket it meets and one decode step, once for the whole run."""
         from zoo.registry import resolve_name  # the families
 
         config = engine.config
-        if engine.backend.name == "xla":
-            raise UserError("task=grpo's rollouts run on the eager sampler, which the xla "
-                            "backend does not drive yet; run with --backend dtensor")
         family = resolve_name(config.model_name)[0]
         if family.cache_layout is None:
             raise UserError(f"{family.name} has no device sampler (model.cache_layout), "
                             "which task=grpo's rollouts need")
         room = config.seq_len - config.grpo.max_new_tokens
         buckets = tuple(b for b in DEFAULT_BUCKETS if b < room) + (room,)
-        shape = SamplerShape(rows=config.global_batch_size, slots=config.seq_len,
-                             buckets=buckets)
-        sampler = Sampler(engine.model, family.cache_layout(config.model), shape=shape)
+        shape = SamplerShape.for_model(config.model, config.global_batch_size,
+                                       config.grpo.max_new_tokens, room, engine.mesh_sizes,
+                                       buckets)
+        sampler = Sampler(engine.model, family.cache_layout(config.model), shape=shape,
+                          backend=engine.backend, mesh=engine.mesh, bf16=engine.bf16)
         self.forward_flops = family.forward_flops(config)  # per token: the rollout's MFU
 
         def generate(prompts, params, sample_ids, decode, pad_id):
-            def run(model):
-                return sampler.generate(prompts, params, sample_ids=sample_ids, decode=decode,
-                                        pad_id=pad_id)
-            with torch.no_grad(), engine.autocast():
-                return engine.backend.run(run, engine.model)
+            return sampler.generate(prompts, params, sample_ids=sample_ids, decode=decode,
+                                    pad_id=pad_id)
 
         engine.data.generate = generate
 
