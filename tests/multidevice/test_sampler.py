@@ -1,12 +1,12 @@
 """The sampler on the xla backend (core/sampler with backend/mesh), llama's tiny parity config
-on 1 and 4 XLA:CPU devices (fsdp=4, and fsdp=2 x tensor=2): greedy tokens equal
+on 1 and 4 XLA:CPU devices (fsdp=2 x tensor=2: rows and heads split): greedy tokens equal
 transformers' `generate`, log-probs equal the eager sampler's, sampled tokens equal on 1
 and 4 devices, and a call compiles one prefill per prompt bucket it uses plus one decode
 step, while another call that changes only the number of new tokens, the temperature or the
-seed compiles nothing. bf16 runs as the run's evaluation pass does, its log-probs in fp32.
-On the dtensor backend with 2 processes (each its contiguous rows) greedy tokens are
-transformers' too. The worker: tests/support/sampler_worker.py (one process per device
-count)."""
+seed compiles nothing. Slow: the same greedy checks under fsdp=4; bf16 run as the run's
+evaluation pass does, its log-probs in fp32; on the dtensor backend with 2 processes (each
+its contiguous rows) greedy tokens are transformers' too. The worker:
+tests/support/sampler_worker.py (one process per device count)."""
 
 import subprocess
 import sys
@@ -23,7 +23,7 @@ from tests.support.runs import env
 from tests.support.xla_harness import run_workers
 
 FAMILY = llama_cases.FAMILY
-RUNS = [(1, "fsdp"), (4, "fsdp"), (4, "fsdp_tensor")]
+RUNS = [(1, "fsdp"), (4, "fsdp_tensor")]  # the default suite's; slow: (4, "fsdp")
 # each call's prompts in groups of ROWS by length, each group prefilled at its bucket
 BUCKETS_USED = len({min(b for b in sampler_worker.BUCKETS if b >= len(p))
                     for p in sampler_worker.PROMPTS})
@@ -33,6 +33,12 @@ BUCKETS_USED = len({min(b for b in sampler_worker.BUCKETS if b >= len(p))
 def results(tmp_path_factory):
     return run_workers("tests.support.sampler_worker", (1, 4),
                        tmp_path_factory.mktemp("sampler"))
+
+
+@pytest.fixture(scope="module")
+def slow_results(tmp_path_factory):
+    return run_workers("tests.support.sampler_worker", (1, 4),
+                       tmp_path_factory.mktemp("sampler-slow"), args=("slow",))
 
 
 @pytest.fixture(scope="module")
@@ -63,33 +69,52 @@ def hf_greedy(model) -> list[list[int]]:
     return found
 
 
+def check_greedy(found: dict, expected, eager, label) -> None:
+    """Greedy tokens are transformers', log-probs the eager sampler's, a shorter call's
+    tokens the first of them."""
+    greedy = found["greedy"]
+    assert greedy["tokens"] == expected, label
+    assert greedy["finish"] == ["length"] * len(expected)
+    for ours, theirs in zip(greedy["logprobs"], eager.logprobs, strict=True):
+        torch.testing.assert_close(torch.tensor(ours), torch.tensor(theirs), atol=1e-5,
+                                   rtol=0, msg=f"{label}")
+    shorter = found["greedy_shorter"]["tokens"]
+    assert shorter == [tokens[:sampler_worker.NEW_TOKENS - 4] for tokens in expected]
+
+
+def check_compiles(found: dict, label) -> None:
+    """A call compiles its buckets and one step; one that changes only lengths,
+    temperature or seed compiles nothing (sampling is another graph, once)."""
+    assert found["rows"] == sampler_worker.ROWS  # 4: a multiple of 1 and of fsdp=4
+    assert found["greedy"]["compiles"] == BUCKETS_USED + 1, label
+    assert found["greedy_shorter"]["compiles"] == 0, label
+    if "sampled" in found:  # temperature, top-k, top-p: another graph, once
+        assert found["sampled"]["compiles"] == BUCKETS_USED + 1, label
+        assert found["sampled_again"]["compiles"] == 0, label
+    calls = [name for name in sampler_worker.CALLS if name in found]
+    assert found["sampler_compiles"] == sum(found[name]["compiles"] for name in calls)
+
+
 def test_greedy_tokens_equal_transformers_and_logprobs_the_eager_samplers(results, model,
                                                                            eager):
     expected = hf_greedy(model)
     assert eager.tokens == expected
     for devices, preset in RUNS:
-        greedy = results[devices][preset]["greedy"]
-        assert greedy["tokens"] == expected, (devices, preset)
-        assert greedy["finish"] == ["length"] * len(expected)
-        for ours, theirs in zip(greedy["logprobs"], eager.logprobs, strict=True):
-            torch.testing.assert_close(torch.tensor(ours), torch.tensor(theirs), atol=1e-5,
-                                       rtol=0, msg=f"{devices} devices, {preset}")
-        shorter = results[devices][preset]["greedy_shorter"]["tokens"]
-        assert shorter == [tokens[:sampler_worker.NEW_TOKENS - 4] for tokens in expected]
+        check_greedy(results[devices][preset], expected, eager, (devices, preset))
 
 
 def test_a_call_compiles_its_buckets_and_one_step_and_the_next_call_nothing(results):
     assert BUCKETS_USED == 2
     for devices, preset in RUNS:
-        found = results[devices][preset]
-        assert found["rows"] == sampler_worker.ROWS  # 4: a multiple of 1 and of fsdp=4
-        assert found["greedy"]["compiles"] == BUCKETS_USED + 1, (devices, preset)
-        assert found["greedy_shorter"]["compiles"] == 0, (devices, preset)
-        if "sampled" in found:  # temperature, top-k, top-p: another graph, once
-            assert found["sampled"]["compiles"] == BUCKETS_USED + 1, (devices, preset)
-            assert found["sampled_again"]["compiles"] == 0, (devices, preset)
-        calls = [name for name in sampler_worker.CALLS if name in found]
-        assert found["sampler_compiles"] == sum(found[name]["compiles"] for name in calls)
+        check_compiles(results[devices][preset], (devices, preset))
+
+
+@pytest.mark.slow  # another mesh of 4 devices: 3 more compiles
+def test_fsdp_over_four_devices_is_greedy_as_transformers_and_compiles_as_few(
+        slow_results, model, eager):
+    found = slow_results[4]["fsdp"]
+    check_greedy(found, hf_greedy(model), eager, (4, "fsdp"))
+    check_compiles(found, (4, "fsdp"))
 
 
 def test_sampled_tokens_equal_on_one_and_four_devices(results):
@@ -104,10 +129,11 @@ def test_sampled_tokens_equal_on_one_and_four_devices(results):
     assert one["sampled_again"]["tokens"] != [t[:shorter] for t in one["sampled"]["tokens"]]
 
 
-def test_bf16_logprobs_are_the_bf16_forwards_in_fp32(results, model):
+@pytest.mark.slow  # two more compiles, beside the fp32 checks above
+def test_bf16_logprobs_are_the_bf16_forwards_in_fp32(slow_results, model):
     """The bf16 sampler (weights cast as the evaluation pass casts them) compiles as fp32
     does; each token's log-prob is log_softmax of that forward's logits taken in fp32."""
-    found = results[1]["fsdp"]["bf16"]
+    found = slow_results[1]["bf16"]
     assert found["compiles"] == 1 + 1  # the short prompts: one bucket
     for prompt, tokens, logprobs in zip(sampler_worker.SHORT, found["tokens"],
                                         found["logprobs"], strict=True):

@@ -1,14 +1,15 @@
 """The device-side half of tests/multidevice/test_sampler.py: the sampler on llama's tiny
-parity config, prepared by the xla backend under each sharding preset that fits the
-process's XLA:CPU devices (1: fsdp; 4: fsdp=4 and fsdp=2 x tensor=2).
+parity config, prepared by the xla backend under a sharding preset that fits the process's
+XLA:CPU devices.
 
-Per mesh, calls of one sampler, each with the graphs it compiled: greedy, then greedy with
-fewer new tokens; where SAMPLED names the mesh, sampled (temperature, top-k, top-p, seed)
-and sampled again with another temperature, seed and length; on 1 device, a greedy call in
-bf16 (the run's evaluation precision) on the four short prompts. Few calls: every graph is
-a compile, the default suite's CPU is tight.
+By default (the default suite's), per device count one mesh (1: fsdp; 4: fsdp=2 x tensor=2,
+both batch and head splits) and four calls of one sampler, each with the graphs it
+compiled: greedy, greedy with fewer new tokens, sampled (temperature, top-k, top-p, seed)
+and sampled again with another temperature, seed and length. `slow` adds the rest: on 4
+devices fsdp=4 (greedy twice), on 1 a greedy call in bf16 (the run's evaluation precision)
+on the four short prompts. Few calls: every graph is a compile, the suite's CPU is tight.
 
-    python -m tests.support.sampler_worker OUT.pt       # PJRT_DEVICE=CPU CPU_NUM_DEVICES=N
+    python -m tests.support.sampler_worker OUT.pt [slow]   # PJRT_DEVICE=CPU CPU_NUM_DEVICES=N
     torchrun --nproc-per-node 2 -m tests.support.sampler_worker OUT.pt dtensor   # greedy only
 """
 
@@ -43,11 +44,9 @@ CALLS = {
                                     top_p=0.9, seed=5),
 }
 GREEDY = ("greedy", "greedy_shorter")
-SAMPLED = {(1, "fsdp"), (4, "fsdp_tensor")}
 SHORT = [prompt for prompt in PROMPTS if len(prompt) <= BUCKETS[0]]
-MESHES = {1: {"fsdp": MeshConfig()},
-          4: {"fsdp": MeshConfig(), "fsdp_tensor": MeshConfig(tensor=2)}}
-
+MESHES = {1: {"fsdp": MeshConfig()}, 4: {"fsdp_tensor": MeshConfig(tensor=2)}}
+SLOW_MESHES = {1: {}, 4: {"fsdp": MeshConfig()}}
 
 def config():
     return dataclasses.replace(llama_cases.CONFIG, attention="plain")
@@ -69,20 +68,16 @@ def outputs(completions) -> dict:
             "finish": completions.finish, "compiles": completions.timings.compiles}
 
 
-def run_mesh(backend, preset: str, mesh_config: MeshConfig) -> dict:
+def run_mesh(backend, preset: str, mesh_config: MeshConfig, calls) -> dict:
     fp32 = sampler(backend, preset, mesh_config, bf16=False)
-    calls = CALLS if (backend.device_count(), preset) in SAMPLED else GREEDY
     found = {name: outputs(fp32.generate(PROMPTS, CALLS[name])) for name in calls}
     found["sampler_compiles"] = fp32.compiles[0]
     found["rows"] = fp32.shape.rows
-    if backend.device_count() == 1:
-        found["bf16"] = outputs(sampler(backend, preset, mesh_config, bf16=True).generate(
-            SHORT, CALLS["greedy"]))
     return found
 
 
-def main(out: str, backend_name: str = "xla"):
-    if backend_name == "dtensor":  # each process its contiguous rows, FSDP2 gathering weights
+def main(out: str, mode: str = "default"):
+    if mode == "dtensor":  # each process its contiguous rows, FSDP2 gathering weights
         backend = backends.get("dtensor")
         found = outputs(sampler(backend, "fsdp", MeshConfig(), bf16=False).generate(
             PROMPTS, CALLS["greedy"]))
@@ -91,8 +86,13 @@ def main(out: str, backend_name: str = "xla"):
         return
     start()
     backend = backends.get("xla")
-    results = {preset: run_mesh(backend, preset, mesh_config)
-               for preset, mesh_config in MESHES[backend.device_count()].items()}
+    devices = backend.device_count()
+    meshes, calls = (SLOW_MESHES, GREEDY) if mode == "slow" else (MESHES, tuple(CALLS))
+    results = {preset: run_mesh(backend, preset, mesh_config, calls)
+               for preset, mesh_config in meshes[devices].items()}
+    if mode == "slow" and devices == 1:
+        bf16 = sampler(backend, "fsdp", MeshConfig(), bf16=True)
+        results["bf16"] = outputs(bf16.generate(SHORT, CALLS["greedy"]))
     torch.save(results, out)
 
 
