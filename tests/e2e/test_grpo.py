@@ -1,8 +1,9 @@
 """`zoo train task=grpo` as a user runs it: an untrained llama-tiny learns to say a word its
 reward pays for (tests/support/word_reward.py, a user's module:function) on the xla backend
 (4 XLA:CPU devices, fsdp), its rollouts compiled once for the run; the same on dtensor (one
-process); a run SIGKILLed and rerun samples and trains as one that was not; and LoRA
-adapters train against the model with them off (the KL term's reference)."""
+process); a run SIGKILLed and rerun samples and trains as one that was not; LoRA adapters
+train against the model with them off (the KL term's reference); several dtensor
+processes are refused in one line."""
 
 import json
 
@@ -103,3 +104,12 @@ def test_lora_adapters_train_with_a_kl_term_to_the_model_without_them(prompts, t
     assert all(trained[s]["grad_norm"] > 0 for s in trained)
     sampled = {r["step"]: r["rollout_s"] for r in records(out) if "rollout_s" in r}
     assert sampled[1] > 0 and sampled[2] == 0 and sampled[3] > 0  # a rollout, two updates
+
+
+@pytest.mark.slow  # two dtensor processes started to be refused
+def test_grpo_in_several_dtensor_processes_is_refused_in_one_line(prompts, tmp_path):
+    result = zoo("train", *GRPO, *DTENSOR, "--nproc", "2", f"data.source={prompts}",
+                 "--steps", "2", "--out", str(tmp_path / "r"))
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert "task=grpo samples its rollouts in one process for now" in result.stderr
+    assert not (tmp_path / "r" / "checkpoints").exists()
