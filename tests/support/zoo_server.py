@@ -45,7 +45,9 @@ class ZooServer:
         return (self.process.poll() is None
                 and _without(env, PER_TEST) == _without(self.env, PER_TEST))
 
-    def run(self, args: list[str], env: dict, timeout: float) -> subprocess.CompletedProcess:
+    def run(self, args: list[str], env: dict, timeout: float) -> dict:
+        """`zoo *args` to its end: {"returncode", "stdout", "stderr", "seconds" (fork to
+        exit), "modules_built"}."""
         request = {"args": args, "env": env, "cwd": str(ROOT), "timeout": timeout}
         with socket.socket(socket.AF_UNIX) as connection:
             connection.connect(self.socket_path)
@@ -53,8 +55,7 @@ class ZooServer:
             answer = json.loads(connection.makefile().read())
         if answer.get("timed_out"):
             raise subprocess.TimeoutExpired(["zoo", *args], timeout)
-        return subprocess.CompletedProcess(["zoo", *args], answer["returncode"],
-                                           answer["stdout"], answer["stderr"])
+        return answer
 
 
 def _without(env: dict, keys: tuple) -> dict:
