@@ -21,8 +21,9 @@ from pathlib import Path
 from tests.support.paths import ROOT
 
 START_TIMEOUT_S = 300  # its imports, on a busy machine
-# set by pytest for every test: the one variable that may differ from the server's
-PER_TEST = ("PYTEST_CURRENT_TEST",)
+# the variables a request may set apart from the server's, as nothing reads them at import:
+# pytest's name for the test, and zoo's cache folder (a test's "VM disk")
+READ_WHEN_RUN = ("PYTEST_CURRENT_TEST", "ZOO_CACHE")
 
 
 class ZooServer:
@@ -43,7 +44,7 @@ class ZooServer:
 
     def serves(self, env: dict) -> bool:
         return (self.process.poll() is None
-                and _without(env, PER_TEST) == _without(self.env, PER_TEST))
+                and _without(env, READ_WHEN_RUN) == _without(self.env, READ_WHEN_RUN))
 
     def run(self, args: list[str], env: dict, timeout: float) -> dict:
         """`zoo *args` to its end: {"returncode", "stdout", "stderr", "seconds" (fork to
