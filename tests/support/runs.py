@@ -13,7 +13,7 @@ from pathlib import Path
 
 from core.config import SAVED_CONFIG_END
 from tests.support.paths import ROOT
-from tests.support.zoo_server import server_for
+from tests.support.zoo_server import differences, server_for
 
 
 def saved_config(text: str) -> str:
@@ -76,7 +76,7 @@ def forked_zoo(commands: list[list[str]]) -> list[dict]:
     modules it built."""
     environment = env()
     server = server_for(environment)
-    assert server, "the zoo server serves another environment than env()"
+    assert server, f"the zoo server serves another environment: {differences(environment)}"
     with ThreadPoolExecutor(max_workers=2) as pool:
         return list(pool.map(lambda args: server.run(args, environment, 600), commands))
 

@@ -59,6 +59,13 @@ class ZooServer:
         return answer
 
 
+def differences(env: dict) -> list[str]:
+    """The variables `env` sets apart from the environment this worker's server serves."""
+    served = _without(_server.env, READ_WHEN_RUN) if _server else {}
+    asked = _without(env, READ_WHEN_RUN)
+    return sorted(k for k in served.keys() | asked.keys() if served.get(k) != asked.get(k))
+
+
 def _without(env: dict, keys: tuple) -> dict:
     return {k: v for k, v in env.items() if k not in keys}
 
