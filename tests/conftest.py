@@ -15,12 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from core import runtime
-
-# the environment every in-process command sets up (the PJRT backend), set before any test:
-# each worker's zoo server then starts in the environment its later requests come with
-runtime.configure()
-
 
 @pytest.fixture(scope="session", autouse=True)
 def scratch_token_cache(tmp_path_factory):

@@ -24,7 +24,9 @@ import time
 from pathlib import Path
 
 from core import runtime
+from tests.support.zoo_server import IMPORTS_SET_FILE
 
+STARTED_WITH = dict(os.environ)
 runtime.configure()
 # imported once, before forking: torch, torch_xla and the CLI, and what most commands import
 # next (the train command's launcher and its run, a saved run and an --init-from source,
@@ -50,6 +52,10 @@ import zoo.app.run  # noqa: E402, F401
 import zoo.app.saved_run  # noqa: E402, F401
 import zoo.app.train  # noqa: E402, F401
 from eval import evaluate, export  # noqa: E402, F401  (`import eval.x` would bind eval)
+
+# what start-up and these imports set in the environment (the PJRT backend, XLA's flags,
+# libtpu's path): a command's own process sets the same when it starts, so each fork does
+IMPORTS_SET = {k: v for k, v in os.environ.items() if STARTED_WITH.get(k) != v}
 
 
 def count_modules_built() -> list[int]:
@@ -80,6 +86,7 @@ def serve(socket_path: str) -> None:
     command's {"returncode", "stdout", "stderr", "seconds", "modules_built"} (or
     {"timed_out": true}) once it ends. Ends when the process that started it does."""
     parent, scratch = os.getppid(), Path(tempfile.mkdtemp(prefix="zoo-server-"))
+    Path(socket_path).with_name(IMPORTS_SET_FILE).write_text(json.dumps(IMPORTS_SET))
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(socket_path)
     listener.listen()
@@ -113,6 +120,8 @@ def become(request: dict, files: dict[str, Path]) -> None:
     which then writes how many modules it built."""
     os.environ.clear()
     os.environ.update(request["env"])
+    for key, value in IMPORTS_SET.items():
+        os.environ.setdefault(key, value)
     os.chdir(request["cwd"])
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
     for fd, kind in ((1, "out"), (2, "err")):

@@ -24,6 +24,8 @@ START_TIMEOUT_S = 300  # its imports, on a busy machine
 # the variables a request may set apart from the server's, as nothing reads them at import:
 # pytest's name for the test, and zoo's cache folder (a test's "VM disk")
 READ_WHEN_RUN = ("PYTEST_CURRENT_TEST", "ZOO_CACHE")
+# what the server's start-up and imports set in its environment, beside its socket
+IMPORTS_SET_FILE = "imports-set.json"
 
 
 class ZooServer:
@@ -41,10 +43,21 @@ class ZooServer:
             if self.process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the zoo server did not start:\n{self.log.read_text()[-3000:]}")
             time.sleep(0.1)
+        self.imports_set = json.loads((folder / IMPORTS_SET_FILE).read_text())
 
     def serves(self, env: dict) -> bool:
-        return (self.process.poll() is None
-                and _without(env, READ_WHEN_RUN) == _without(self.env, READ_WHEN_RUN))
+        return self.process.poll() is None and not self.differences(env)
+
+    def differences(self, env: dict) -> list[str]:
+        """The variables `env` sets apart from the environment this server serves: neither
+        one read only when run, nor one set as the server's imports set it (a worker that
+        imported torch_xla itself holds those too)."""
+        served, asked = self._compared(self.env), self._compared(env)
+        return sorted(k for k in served.keys() | asked.keys() if served.get(k) != asked.get(k))
+
+    def _compared(self, env: dict) -> dict:
+        return {k: v for k, v in env.items()
+                if k not in READ_WHEN_RUN and self.imports_set.get(k) != v}
 
     def run(self, args: list[str], env: dict, timeout: float) -> dict:
         """`zoo *args` to its end: {"returncode", "stdout", "stderr", "seconds" (fork to
@@ -61,13 +74,7 @@ class ZooServer:
 
 def differences(env: dict) -> list[str]:
     """The variables `env` sets apart from the environment this worker's server serves."""
-    served = _without(_server.env, READ_WHEN_RUN) if _server else {}
-    asked = _without(env, READ_WHEN_RUN)
-    return sorted(k for k in served.keys() | asked.keys() if served.get(k) != asked.get(k))
-
-
-def _without(env: dict, keys: tuple) -> dict:
-    return {k: v for k, v in env.items() if k not in keys}
+    return _server.differences(env) if _server else []
 
 
 _server: ZooServer | None = None
