@@ -1,10 +1,10 @@
 """The end-to-end tests' `zoo` commands, each a fork of one server process per test worker
 that has imported torch, torch_xla and the CLI once (tests/support/forked_cli.py --serve):
 about 10 CPU-s of start-up a command, paid once. The fork is otherwise the command a user
-runs: its own process, environment, folder, exit status and output, ended as a normal
-exit ends (threads joined, atexit handlers run). A command whose environment is not the one the server was
-started in (a test that set a variable some library reads when imported) runs as a new
-interpreter instead; so does one a test signals (tests/support/runs.py popen_zoo)."""
+runs: its own process, environment, folder, exit status and output, ended as a normal exit
+ends (threads joined, atexit handlers run). A command whose environment is not the one the
+server was started in (a test that set a variable some library reads when imported) runs as
+a new interpreter instead; so does one a test signals (tests/support/runs.py popen_zoo)."""
 
 from __future__ import annotations
 
