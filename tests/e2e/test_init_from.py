@@ -4,7 +4,6 @@ the folder given relative and stored absolute, so the run's other commands work 
 anywhere and a rerun of the run folder resumes it without a model name or --init-from; and what is
 refused before any model is built."""
 
-import subprocess
 
 import pytest
 import torch
@@ -12,7 +11,7 @@ import transformers
 import yaml
 
 from tests.support.paths import ROOT
-from tests.support.runs import env, forked_zoo, losses, zoo, zoo_command, zoo_here
+from tests.support.runs import forked_zoo, losses, zoo, zoo_here
 from zoo.qwen3.config import Qwen3Config
 
 TINY = Qwen3Config(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -77,10 +76,8 @@ def test_an_empty_config_is_refused_before_any_model_is_built(hf, tmp_path):
 
 def test_a_relative_folder_is_stored_absolute_and_a_rerun_needs_no_init_from(hf, tmp_path):
     run = tmp_path / "run"
-    first = subprocess.run(zoo_command("train", "--init-from", "hf", "--steps", "2", "--out",
-                                       str(run), *RUN_TIME),
-                           cwd=hf.parent, env=env(), capture_output=True, text=True,
-                           timeout=600)
+    first = zoo("train", "--init-from", "hf", "--steps", "2", "--out", str(run), *RUN_TIME,
+                cwd=hf.parent)
     assert first.returncode == 0, first.stderr[-3000:]
     saved = yaml.safe_load((run / "config.yaml").read_text())
     assert (saved["init_from"], saved["model_name"], saved["data"]["tokenizer"]) == (

@@ -32,16 +32,16 @@ def env():
             "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 
 
-def zoo(*args, timeout=600):
-    """`zoo *args` to its end: a fork of this worker's zoo server where it serves this
-    environment (tests/support/zoo_server.py), else a new interpreter."""
+def zoo(*args, timeout=600, cwd=ROOT):
+    """`zoo *args` to its end, started in `cwd`: a fork of this worker's zoo server where it
+    serves this environment (tests/support/zoo_server.py), else a new interpreter."""
     environment = env()
     server = server_for(environment)
     if server:
-        answer = server.run(list(args), environment, timeout)
+        answer = server.run(list(args), environment, timeout, cwd)
         return subprocess.CompletedProcess(["zoo", *args], answer["returncode"],
                                            answer["stdout"], answer["stderr"])
-    return subprocess.run(zoo_command(*args), env=environment, cwd=ROOT, capture_output=True,
+    return subprocess.run(zoo_command(*args), env=environment, cwd=cwd, capture_output=True,
                           text=True, timeout=timeout)
 
 

@@ -59,10 +59,10 @@ class ZooServer:
         return {k: v for k, v in env.items()
                 if k not in READ_WHEN_RUN and self.imports_set.get(k) != v}
 
-    def run(self, args: list[str], env: dict, timeout: float) -> dict:
-        """`zoo *args` to its end: {"returncode", "stdout", "stderr", "seconds" (fork to
-        exit), "modules_built"}."""
-        request = {"args": args, "env": env, "cwd": str(ROOT), "timeout": timeout}
+    def run(self, args: list[str], env: dict, timeout: float, cwd: Path = ROOT) -> dict:
+        """`zoo *args` to its end, started in `cwd`: {"returncode", "stdout", "stderr",
+        "seconds" (fork to exit), "modules_built"}."""
+        request = {"args": args, "env": env, "cwd": str(cwd), "timeout": timeout}
         with socket.socket(socket.AF_UNIX) as connection:
             connection.connect(self.socket_path)
             connection.sendall(json.dumps(request).encode() + b"\n")
