@@ -405,7 +405,7 @@ def answers(tmp_path_factory):
     """Every case run once, timed; the scratch folder's files before and after all of them."""
     scratch = tmp_path_factory.mktemp("scratch")
     before = write_scratch(scratch, FILES)
-    results = forked_zoo([command(args, scratch) for args, _ in CASES], scratch.parent)
+    results = forked_zoo([command(args, scratch) for args, _ in CASES])
     return {"results": results, "before": before, "after": snapshot(scratch), "scratch": scratch}
 
 

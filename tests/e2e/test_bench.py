@@ -1,9 +1,6 @@
 """`zoo bench` and `zoo plan` end to end on XLA:CPU."""
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
@@ -11,7 +8,7 @@ from benchmarks.gate import confirmed_regressions
 from benchmarks.harness import compare_ratios
 from benchmarks.suite import load_suite
 from core.errors import UserError
-from tests.support.runs import zoo_here
+from tests.support.runs import zoo, zoo_here
 
 SUITE = """
 - name: micro
@@ -21,12 +18,6 @@ SUITE = """
   seq_len: 64
   overrides: [model.num_hidden_layers=1, model.vocab_size=512]
 """
-
-
-def zoo(*args, timeout=900):
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    return subprocess.run([sys.executable, "-c", "from tools.cli import main; main()", *args],
-                          env=env, capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +39,9 @@ def test_bench_writes_every_output(bench_run):
     assert {p.name for p in out.iterdir()} == {"results.json", "results.md", "results.png"}
     results = json.loads((out / "results.json").read_text())
     calibration = results["calibration"]["float32"]
-    assert calibration["measurements"] == 2 and 0 <= calibration["spread"] < 1
+    # the spread is how much the machine's load moved the peak between the two (over 1 on a
+    # busy machine): reported, never judged here
+    assert calibration["measurements"] == 2 and calibration["spread"] >= 0
     assert results["reference_entry"] == "micro"
     assert [(r["name"], r["impl"]) for r in results["records"]] == [("micro", "zoo"),
                                                                     ("micro", "hf")]

@@ -74,7 +74,7 @@ def answers(tmp_path_factory):
     before = snapshot(scratch)
     commands = [[a.format(d=scratch) for a in args] + ["--out", str(scratch / "train-out")]
                 for args, _ in CASES]
-    results = forked_zoo(commands, scratch.parent)
+    results = forked_zoo(commands)
     return {"results": results, "before": before, "after": snapshot(scratch), "scratch": scratch}
 
 

@@ -345,7 +345,7 @@ def matrix(tmp_path_factory):
     cases = [c for c in build_cases(scratch, base / "run", base / "hf")
              if not (ROOT_USER and c.damage is unreadable)]
     before, repo_before = snapshot(root), sorted(os.listdir(ROOT))
-    results = forked_zoo([c.command for c in cases], root)
+    results = forked_zoo([c.command for c in cases])
     after = snapshot(root)
     changed = {p for p in set(before) | set(after) if before.get(p) != after.get(p)}
     assert sorted(os.listdir(ROOT)) == repo_before, "a case wrote into the repository"

@@ -122,7 +122,7 @@ def answers(trained):
         damage(run)
         before[name] = snapshot(run)
         commands.append([arg.replace("RUN", str(run)) for arg in command])
-    results = forked_zoo(commands, trained.parent)
+    results = forked_zoo(commands)
     return {case[0]: {**result, "unchanged": snapshot(trained.parent / case[0]) == before[
         case[0]] and not (trained.parent / f"{case[0]}-hf").exists()}
         for case, result in zip(CASES, results)}

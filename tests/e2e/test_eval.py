@@ -4,7 +4,6 @@ slow); a tiny llama trained on text that teaches the sample tasks' answers score
 chance, an untrained one near chance (slow: 200 steps)."""
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +12,7 @@ import pytest
 import torch
 
 from tests.support.paths import ROOT
-from tests.support.runs import zoo_here
+from tests.support.runs import env, zoo, zoo_here
 
 # two of llama-tiny's four layers learn the teaching text as well (arc_easy_sample 0.94 after
 # 200 steps, measured) in three quarters of the time
@@ -23,15 +22,8 @@ TASKS = "arc_easy_sample,hellaswag_sample"
 
 
 def run(*args, timeout=900):
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "HF_HUB_OFFLINE": "1",
-           "HF_DATASETS_OFFLINE": "1"}
-    return subprocess.run(list(args), env=env, capture_output=True, text=True, cwd=ROOT,
+    return subprocess.run(list(args), env=env(), capture_output=True, text=True, cwd=ROOT,
                           timeout=timeout)
-
-
-def zoo(*args, timeout=900):
-    return run(sys.executable, "-c", "from tools.cli import main; main()", *args,
-               timeout=timeout)
 
 
 def accuracies(results_file: Path) -> dict:
@@ -50,7 +42,7 @@ def runs(pretrained_run, tmp_path_factory):
 def trained_run(runs):
     """200 steps on the teaching text."""
     result = zoo("train", "llama-tiny", "--tpu", "cpu-1", "--steps", "200", "--out",
-                 str(runs["tmp"] / "trained"), "optim.lr=3e-3", *TEACH)
+                 str(runs["tmp"] / "trained"), "optim.lr=3e-3", *TEACH, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     return runs["tmp"] / "trained"
 

@@ -4,7 +4,6 @@ the folder given relative and stored absolute, so the run's other commands work 
 anywhere and a rerun of the run folder resumes it without a model name or --init-from; and what is
 refused before any model is built."""
 
-import subprocess
 
 import pytest
 import torch
@@ -12,7 +11,7 @@ import transformers
 import yaml
 
 from tests.support.paths import ROOT
-from tests.support.runs import env, forked_zoo, losses, zoo, zoo_command, zoo_here
+from tests.support.runs import forked_zoo, losses, zoo, zoo_here
 from zoo.qwen3.config import Qwen3Config
 
 TINY = Qwen3Config(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -58,27 +57,27 @@ def test_a_model_name_of_another_size_or_weights_of_other_shapes_are_refused_bef
     assert not (tmp_path / "never").exists()
 
 
-def test_an_empty_config_is_refused_in_seconds_with_no_model_built(hf, tmp_path):
+def test_an_empty_config_is_refused_before_any_model_is_built(hf, tmp_path):
+    """(No model built is what "at once" means however busy the machine: it once built a 7B
+    llama on the host.)"""
     empty = tmp_path / "empty"
     empty.mkdir()
     (empty / "config.json").write_text("{}")
     (empty / "model.safetensors").write_bytes((hf / "model.safetensors").read_bytes())
     [result] = forked_zoo([["train", "llama-tiny", "--init-from", str(empty), "--out",
-                            str(tmp_path / "never")]], tmp_path)
+                            str(tmp_path / "never")]])
     assert result["returncode"] == 1
     assert result["stderr"].strip() == (
         f"Error: {empty}/config.json has no vocab_size, hidden_size, intermediate_size, "
         "num_hidden_layers, num_attention_heads: the model's architecture is read from it, "
         "never guessed; restore the folder's config.json")
-    assert result["seconds"] < 10 and result["modules_built"] == 0
+    assert result["modules_built"] == 0
 
 
 def test_a_relative_folder_is_stored_absolute_and_a_rerun_needs_no_init_from(hf, tmp_path):
     run = tmp_path / "run"
-    first = subprocess.run(zoo_command("train", "--init-from", "hf", "--steps", "2", "--out",
-                                       str(run), *RUN_TIME),
-                           cwd=hf.parent, env=env(), capture_output=True, text=True,
-                           timeout=600)
+    first = zoo("train", "--init-from", "hf", "--steps", "2", "--out", str(run), *RUN_TIME,
+                cwd=hf.parent)
     assert first.returncode == 0, first.stderr[-3000:]
     saved = yaml.safe_load((run / "config.yaml").read_text())
     assert (saved["init_from"], saved["model_name"], saved["data"]["tokenizer"]) == (

@@ -247,7 +247,7 @@ def test_resume_refuses_other_settings_and_allows_harmless_ones(reference_run, t
     changed, harmless, forced = forked_zoo(  # the refusal takes no lock: side by side
         [[*base, "--out", str(run), "optim.lr=5e-3", "seq_len=32"],
          [*base, "--out", str(run), "keep_checkpoints=5"],
-         [*base, "--out", str(forced_run), "optim.lr=5e-3", "--force-resume"]], tmp_path)
+         [*base, "--out", str(forced_run), "optim.lr=5e-3", "--force-resume"]])
     assert changed["returncode"] != 0 and len(changed["stderr"].strip().splitlines()) == 1
     assert "other settings (optim.lr: 0.001 -> 0.005, seq_len: 64 -> 32)" in changed["stderr"]
     assert "--force-resume" in changed["stderr"] and "Traceback" not in changed["stderr"]

@@ -1,22 +1,18 @@
-"""Many short `zoo` commands, each in its own process forked from one that has already
-imported the CLI, torch, torch_xla and what most commands import next (about 2 s a
-command, most of a bad input's answer, paid once).
-Each child is otherwise the command a user runs: its own process and environment, its exit
-status, its stdout and stderr (file descriptors, so C-level output is caught too), an
-uncaught exception printed as Python prints it. Two run at a time; the parent starts no
-threads and no XLA runtime, so forking it is safe. Records, per command, returncode, stdout,
-stderr, seconds from fork to exit (start-up imports excluded), and how many torch modules
-it built off the meta device: a refusal that built none did no model work, which is what
-"quick" means here, however busy the machine (a command that hangs is killed after
-TIMEOUT_S).
-Usage (from the repo root): python -m tests.support.forked_cli COMMANDS.json OUT.json
-(COMMANDS.json: a list of argument lists, e.g. [["train", "nosuchmodel"]]).
+"""The end-to-end tests' `zoo` commands, each a process forked from one that has already
+imported the CLI, torch, torch_xla and what most commands import next (about 10 CPU-s of
+start-up a command, paid once). `python -m tests.support.forked_cli --serve SOCKET` answers
+one request a connection (tests/support/zoo_server.py is the client): a fork that becomes the
+command as `python -c "from tools.cli import main; main()"` would run it, in the environment
+and folder the request names, to its exit (threads joined, atexit handlers run; modules
+not torn down: `exit_without_teardown`). Each
+answer holds the command's exit status, its stdout and stderr (file descriptors, so C-level
+output is caught too), its seconds from fork to exit (start-up imports excluded) and how many
+torch modules it built off the meta device: a refusal that built none did no model work,
+which is what "quick" means here, however busy the machine. The server starts no threads and
+no XLA runtime, so forking it is safe."""
 
-`--serve SOCKET` serves the end-to-end tests' `zoo` commands one request at a time instead
-(tests/support/zoo_server.py is the client): each a fork that becomes the command as
-`python -c "from tools.cli import main; main()"` would run it, to its normal exit (threads
-joined, atexit handlers run), in the environment and folder the request names."""
-
+import atexit
+import dataclasses
 import json
 import os
 import selectors
@@ -25,12 +21,14 @@ import signal
 import socket
 import sys
 import tempfile
+import threading
 import time
-import traceback
 from pathlib import Path
 
-from core import runtime
+from core import program_start, runtime
+from tests.support.zoo_server import IMPORTS_SET_FILE
 
+STARTED_WITH = dict(os.environ)
 runtime.configure()
 # imported once, before forking: torch, torch_xla and the CLI, and what most commands import
 # next (the train command's launcher and its run, a saved run and an --init-from source,
@@ -48,6 +46,7 @@ import torch_xla  # noqa: E402, F401
 import transformers.models.llama.modeling_llama  # noqa: E402, F401
 
 import benchmarks.plan.analytic  # noqa: E402, F401
+import tools.cli  # noqa: E402, F401
 import tools.launch  # noqa: E402, F401
 import zoo.app.generate  # noqa: E402, F401
 import zoo.app.init_from  # noqa: E402, F401
@@ -55,33 +54,10 @@ import zoo.app.run  # noqa: E402, F401
 import zoo.app.saved_run  # noqa: E402, F401
 import zoo.app.train  # noqa: E402, F401
 from eval import evaluate, export  # noqa: E402, F401  (`import eval.x` would bind eval)
-from tools.cli import cli  # noqa: E402
 
-PARALLEL = 2
-TIMEOUT_S = 600  # a hang, not a slow answer: the machine may be busy
-
-
-def child(args: list[str], out: Path, err: Path, built: Path) -> None:
-    """Runs in the fork: the command's output into `out` and `err`, the number of torch
-    modules it built into `built`; never returns."""
-    code = 1
-    modules = count_modules_built()
-    try:
-        for fd, path in ((1, out), (2, err)):
-            os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
-        cli.main(args, prog_name="zoo")
-        code = 0
-    except SystemExit as done:
-        code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
-        if isinstance(done.code, str):
-            print(done.code, file=sys.stderr)
-    except BaseException:  # noqa: BLE001  (shown as an uncaught exception would be)
-        traceback.print_exc()
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        built.write_text(str(modules[0]))
-        os._exit(code)
+# what start-up and these imports set in the environment (the PJRT backend, XLA's flags,
+# libtpu's path): a command's own process sets the same when it starts, so each fork does
+IMPORTS_SET = {k: v for k, v in os.environ.items() if STARTED_WITH.get(k) != v}
 
 
 def count_modules_built() -> list[int]:
@@ -98,120 +74,115 @@ def count_modules_built() -> list[int]:
     return count
 
 
-def run_all(commands: list[list[str]], scratch: Path) -> list[dict]:
-    results, running, queue = [None] * len(commands), {}, list(enumerate(commands))
-    while queue or running:
-        while queue and len(running) < PARALLEL:
-            index, args = queue.pop(0)
-            out, err, built = (scratch / f"{index}.{kind}" for kind in ("out", "err", "built"))
-            sys.stdout.flush()
-            sys.stderr.flush()
-            pid = os.fork()
-            if pid == 0:
-                child(args, out, err, built)
-            running[pid] = (index, out, err, built, time.monotonic())
-        pid, status = reap(running)
-        index, out, err, built, start = running.pop(pid)
-        results[index] = {"returncode": os.waitstatus_to_exitcode(status),
-                          "stdout": out.read_text(errors="replace"),
-                          "stderr": err.read_text(errors="replace"),
-                          "seconds": time.monotonic() - start,
-                          "modules_built": int(built.read_text()) if built.exists() else None}
-    return results
-
-
-def reap(running: dict) -> tuple[int, int]:
-    """The next child to end; one that outlives TIMEOUT_S is killed (and reaped)."""
-    while True:
-        pid, status = os.waitpid(-1, os.WNOHANG)
-        if pid:
-            return pid, status
-        now = time.monotonic()
-        for late, (*_, start) in running.items():
-            if now - start > TIMEOUT_S:
-                os.kill(late, signal.SIGKILL)
-        time.sleep(0.02)
-
-
-def main(commands_file: str, out_file: str) -> None:
-    commands = json.loads(Path(commands_file).read_text())
-    with tempfile.TemporaryDirectory() as scratch:
-        results = run_all(commands, Path(scratch))
-    Path(out_file).write_text(json.dumps(results))
+@dataclasses.dataclass
+class Command:
+    """A forked command the server has yet to answer: where its output goes, when it began."""
+    connection: socket.socket
+    files: dict[str, Path]  # "out", "err", "built"
+    started: float
+    deadline: float
 
 
 def serve(socket_path: str) -> None:
     """Answer each connection's request ({"args", "env", "cwd", "timeout"}) with its
-    command's {"returncode", "stdout", "stderr"} (or {"timed_out": true}) once it ends.
-    Ends when the process that started it does."""
+    command's {"returncode", "stdout", "stderr", "seconds", "modules_built"} (or
+    {"timed_out": true}) once it ends. Ends when the process that started it does."""
     parent, scratch = os.getppid(), Path(tempfile.mkdtemp(prefix="zoo-server-"))
+    Path(socket_path).with_name(IMPORTS_SET_FILE).write_text(json.dumps(IMPORTS_SET))
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(socket_path)
     listener.listen()
     selector = selectors.DefaultSelector()
     selector.register(listener, selectors.EVENT_READ)
-    running: dict[int, tuple] = {}  # pid -> (connection, stdout file, stderr file, deadline)
+    running: dict[int, Command] = {}
     while os.getppid() == parent:
         for _ in selector.select(timeout=0.02):
             connection, _ = listener.accept()
             request = json.loads(connection.makefile().readline())
-            out, err = (scratch / f"{len(running)}-{time.monotonic_ns()}.{kind}"
-                        for kind in ("out", "err"))
+            stem = f"{len(running)}-{time.monotonic_ns()}"
+            files = {kind: scratch / f"{stem}.{kind}" for kind in ("out", "err", "built")}
             sys.stdout.flush()
             sys.stderr.flush()
+            started = time.monotonic()
             pid = os.fork()
             if pid == 0:
                 selector.close()
                 listener.close()
                 connection.close()
-                become(request, out, err)
-                return  # to the interpreter's normal exit, as the command's own process
-            running[pid] = (connection, out, err, time.monotonic() + request["timeout"])
+                become(request, files)  # never returns
+            running[pid] = Command(connection, files, started, started + request["timeout"])
         answer_ended(running)
     shutil.rmtree(scratch, ignore_errors=True)
 
 
-def become(request: dict, out: Path, err: Path) -> None:
+def become(request: dict, files: dict[str, Path]) -> None:
     """This fork turns into the requested `zoo` command: its environment, folder, argv and
-    standard streams; the command's SystemExit (or uncaught exception) ends the process."""
+    standard streams; the command's SystemExit (or uncaught exception, printed as Python
+    prints it) ends the process, which then writes how many modules it built."""
     os.environ.clear()
     os.environ.update(request["env"])
+    for key, value in IMPORTS_SET.items():
+        os.environ.setdefault(key, value)
     os.chdir(request["cwd"])
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-    for fd, path in ((1, out), (2, err)):
-        os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
+    for fd, kind in ((1, "out"), (2, "err")):
+        os.dup2(os.open(files[kind], os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, signal.SIG_DFL)
     sys.argv = ["-c", *request["args"]]
+    program_start._marked = time.time()  # what a new process's import of the CLI marks
+    built = count_modules_built()
+    atexit.register(lambda: files["built"].write_text(str(built[0])))
     from tools.cli import main
 
-    main()
+    code = 1
+    try:
+        main()
+        code = 0
+    except SystemExit as done:
+        code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+        if isinstance(done.code, str):
+            print(done.code, file=sys.stderr)
+    except BaseException:  # noqa: BLE001  (printed as an uncaught exception would be)
+        sys.excepthook(*sys.exc_info())
+    exit_without_teardown(code)
 
 
-def answer_ended(running: dict) -> None:
+def exit_without_teardown(code: int) -> None:
+    """End as a normal exit does (threads joined, atexit handlers run, output flushed), but
+    without tearing down every module: with torch_xla loaded that teardown took 5 of a
+    refusal's 6 seconds, and it changes nothing a command wrote."""
+    threading._shutdown()  # what the interpreter's exit calls first: waits on live threads
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def answer_ended(running: dict[int, Command]) -> None:
     """Send each ended command's answer; kill one past its deadline."""
-    for pid, (connection, out, err, deadline) in list(running.items()):
+    for pid, command in list(running.items()):
         ended, status = os.waitpid(pid, os.WNOHANG)
         if not ended:
-            if time.monotonic() > deadline:
+            if time.monotonic() > command.deadline:
                 os.kill(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)
                 answer = {"timed_out": True}
             else:
                 continue
         else:
+            built = command.files["built"]
             answer = {"returncode": os.waitstatus_to_exitcode(status),
-                      "stdout": out.read_text(errors="replace"),
-                      "stderr": err.read_text(errors="replace")}
+                      "stdout": command.files["out"].read_text(errors="replace"),
+                      "stderr": command.files["err"].read_text(errors="replace"),
+                      "seconds": time.monotonic() - command.started,
+                      "modules_built": int(built.read_text()) if built.exists() else None}
         del running[pid]
-        with connection:
-            connection.sendall(json.dumps(answer).encode())
-        for path in (out, err):
+        with command.connection:
+            command.connection.sendall(json.dumps(answer).encode())
+        for path in command.files.values():
             path.unlink(missing_ok=True)
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "--serve":
-        serve(sys.argv[2])
-    else:
-        main(*sys.argv[1:])
+    serve(sys.argv[2])  # --serve SOCKET

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from core.config import SAVED_CONFIG_END
 from tests.support.paths import ROOT
-from tests.support.zoo_server import server_for
+from tests.support.zoo_server import differences, server_for
 
 
 def saved_config(text: str) -> str:
@@ -27,17 +27,21 @@ def zoo_command(*args):
 
 
 def env():
-    return {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    """Every test's environment for `zoo`: offline, as the Hub is from every test."""
+    return {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2",
+            "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 
 
-def zoo(*args, timeout=600):
-    """`zoo *args` to its end: a fork of this worker's zoo server where it serves this
-    environment (tests/support/zoo_server.py), else a new interpreter."""
+def zoo(*args, timeout=600, cwd=ROOT):
+    """`zoo *args` to its end, started in `cwd`: a fork of this worker's zoo server where it
+    serves this environment (tests/support/zoo_server.py), else a new interpreter."""
     environment = env()
     server = server_for(environment)
     if server:
-        return server.run(list(args), environment, timeout)
-    return subprocess.run(zoo_command(*args), env=environment, cwd=ROOT, capture_output=True,
+        answer = server.run(list(args), environment, timeout, cwd)
+        return subprocess.CompletedProcess(["zoo", *args], answer["returncode"],
+                                           answer["stdout"], answer["stderr"])
+    return subprocess.run(zoo_command(*args), env=environment, cwd=cwd, capture_output=True,
                           text=True, timeout=timeout)
 
 
@@ -66,18 +70,15 @@ def side_by_side(commands: list[tuple], run=zoo) -> list:
     return results
 
 
-def forked_zoo(commands: list[list[str]], scratch: Path) -> list[dict]:
-    """Many short `zoo` commands, each a fork of one process that has imported the CLI,
-    torch and torch_xla (tests/support/forked_cli.py), two at a time, offline as the Hub is
-    from every test: per command its returncode, stdout, stderr and seconds from fork to
-    exit."""
-    (scratch / "commands.json").write_text(json.dumps(commands))
-    offline = {**env(), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    forked = subprocess.run([sys.executable, "-m", "tests.support.forked_cli",
-                             str(scratch / "commands.json"), str(scratch / "answers.json")],
-                            env=offline, cwd=ROOT, capture_output=True, text=True, timeout=3600)
-    assert forked.returncode == 0, forked.stderr[-3000:]
-    return json.loads((scratch / "answers.json").read_text())
+def forked_zoo(commands: list[list[str]]) -> list[dict]:
+    """Many short `zoo` commands, two at a time, each a fork of this worker's zoo server:
+    per command its returncode, stdout, stderr, seconds from fork to exit and the torch
+    modules it built."""
+    environment = env()
+    server = server_for(environment)
+    assert server, f"the zoo server serves another environment: {differences(environment)}"
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return list(pool.map(lambda args: server.run(args, environment, 600), commands))
 
 
 def write_scratch(scratch: Path, files: dict[str, str | bytes]) -> dict[Path, bytes]:

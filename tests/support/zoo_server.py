@@ -1,10 +1,10 @@
 """The end-to-end tests' `zoo` commands, each a fork of one server process per test worker
 that has imported torch, torch_xla and the CLI once (tests/support/forked_cli.py --serve):
 about 10 CPU-s of start-up a command, paid once. The fork is otherwise the command a user
-runs: its own process, environment, folder, exit status and output, ended by the
-interpreter's normal exit. A command whose environment is not the one the server was
-started in (a test that set a variable some library reads when imported) runs as a new
-interpreter instead; so does one a test signals (tests/support/runs.py popen_zoo)."""
+runs: its own process, environment, folder, exit status and output, ended as a normal exit
+ends (threads joined, atexit handlers run). A command whose environment is not the one the
+server was started in (a test that set a variable some library reads when imported) runs as
+a new interpreter instead; so does one a test signals (tests/support/runs.py popen_zoo)."""
 
 from __future__ import annotations
 
@@ -21,8 +21,11 @@ from pathlib import Path
 from tests.support.paths import ROOT
 
 START_TIMEOUT_S = 300  # its imports, on a busy machine
-# set by pytest for every test: the one variable that may differ from the server's
-PER_TEST = ("PYTEST_CURRENT_TEST",)
+# the variables a request may set apart from the server's, as nothing reads them at import:
+# pytest's name for the test, and zoo's cache folder (a test's "VM disk")
+READ_WHEN_RUN = ("PYTEST_CURRENT_TEST", "ZOO_CACHE")
+# what the server's start-up and imports set in its environment, beside its socket
+IMPORTS_SET_FILE = "imports-set.json"
 
 
 class ZooServer:
@@ -40,25 +43,38 @@ class ZooServer:
             if self.process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the zoo server did not start:\n{self.log.read_text()[-3000:]}")
             time.sleep(0.1)
+        self.imports_set = json.loads((folder / IMPORTS_SET_FILE).read_text())
 
     def serves(self, env: dict) -> bool:
-        return (self.process.poll() is None
-                and _without(env, PER_TEST) == _without(self.env, PER_TEST))
+        return self.process.poll() is None and not self.differences(env)
 
-    def run(self, args: list[str], env: dict, timeout: float) -> subprocess.CompletedProcess:
-        request = {"args": args, "env": env, "cwd": str(ROOT), "timeout": timeout}
+    def differences(self, env: dict) -> list[str]:
+        """The variables `env` sets apart from the environment this server serves: neither
+        one read only when run, nor one set as the server's imports set it (a worker that
+        imported torch_xla itself holds those too)."""
+        served, asked = self._compared(self.env), self._compared(env)
+        return sorted(k for k in served.keys() | asked.keys() if served.get(k) != asked.get(k))
+
+    def _compared(self, env: dict) -> dict:
+        return {k: v for k, v in env.items()
+                if k not in READ_WHEN_RUN and self.imports_set.get(k) != v}
+
+    def run(self, args: list[str], env: dict, timeout: float, cwd: Path = ROOT) -> dict:
+        """`zoo *args` to its end, started in `cwd`: {"returncode", "stdout", "stderr",
+        "seconds" (fork to exit), "modules_built"}."""
+        request = {"args": args, "env": env, "cwd": str(cwd), "timeout": timeout}
         with socket.socket(socket.AF_UNIX) as connection:
             connection.connect(self.socket_path)
             connection.sendall(json.dumps(request).encode() + b"\n")
             answer = json.loads(connection.makefile().read())
         if answer.get("timed_out"):
             raise subprocess.TimeoutExpired(["zoo", *args], timeout)
-        return subprocess.CompletedProcess(["zoo", *args], answer["returncode"],
-                                           answer["stdout"], answer["stderr"])
+        return answer
 
 
-def _without(env: dict, keys: tuple) -> dict:
-    return {k: v for k, v in env.items() if k not in keys}
+def differences(env: dict) -> list[str]:
+    """The variables `env` sets apart from the environment this worker's server serves."""
+    return _server.differences(env) if _server else []
 
 
 _server: ZooServer | None = None
