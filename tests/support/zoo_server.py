@@ -2,9 +2,9 @@
 that has imported torch, torch_xla and the CLI once (tests/support/forked_cli.py --serve):
 about 10 CPU-s of start-up a command, paid once. The fork is otherwise the command a user
 runs: its own process, environment, folder, exit status and output, ended as a normal exit
-ends (threads joined, atexit handlers run). A command whose environment is not the one the
-server was started in (a test that set a variable some library reads when imported) runs as
-a new interpreter instead; so does one a test signals (tests/support/runs.py popen_zoo)."""
+ends (threads joined, atexit handlers run). A command in an environment no server of the
+worker was started in gets a second server; past MAX_SERVERS it runs as a new interpreter,
+as does one a test signals (tests/support/runs.py popen_zoo)."""
 
 from __future__ import annotations
 
@@ -72,20 +72,24 @@ class ZooServer:
         return answer
 
 
-def differences(env: dict) -> list[str]:
-    """The variables `env` sets apart from the environment this worker's server serves."""
-    return _server.differences(env) if _server else []
-
-
-_server: ZooServer | None = None
+MAX_SERVERS = 2  # a worker's servers (each holds torch, torch_xla and transformers: ~1 GiB)
+_servers: list[ZooServer] = []
 _starting = threading.Lock()  # two commands side by side may ask for it at once
 
 
 def server_for(env: dict) -> ZooServer | None:
-    """This worker's server, started on first use with `env`; None when it serves another
-    environment than `env`."""
-    global _server
+    """A server of this worker that serves `env`: one started earlier, else a new one (an
+    in-process test may set a variable, as torch's inductor does its cache folder, after
+    the first started); None once MAX_SERVERS serve other environments."""
     with _starting:
-        if _server is None:
-            _server = ZooServer(env)
-    return _server if _server.serves(env) else None
+        found = next((server for server in _servers if server.serves(env)), None)
+        if found is None and len(_servers) < MAX_SERVERS:
+            found = ZooServer(env)
+            _servers.append(found)
+    return found
+
+
+def differences(env: dict) -> list[str]:
+    """The variables `env` sets apart from the environment this worker's first server
+    serves."""
+    return _servers[0].differences(env) if _servers else []
