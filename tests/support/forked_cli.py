@@ -3,13 +3,12 @@ imported the CLI, torch, torch_xla and what most commands import next (about 10 
 start-up a command, paid once). `python -m tests.support.forked_cli --serve SOCKET` answers
 one request a connection (tests/support/zoo_server.py is the client): a fork that becomes the
 command as `python -c "from tools.cli import main; main()"` would run it, in the environment
-and folder the request names, to its exit (threads joined, atexit handlers run; modules
-not torn down: `exit_without_teardown`). Each
-answer holds the command's exit status, its stdout and stderr (file descriptors, so C-level
-output is caught too), its seconds from fork to exit (start-up imports excluded) and how many
-torch modules it built off the meta device: a refusal that built none did no model work,
-which is what "quick" means here, however busy the machine. The server starts no threads and
-no XLA runtime, so forking it is safe."""
+and folder the request names, to its exit (threads joined, atexit handlers run; modules not
+torn down: `exit_without_teardown`). Each answer holds the command's exit status, its stdout
+and stderr (file descriptors, so C-level output is caught too), its seconds from fork to exit
+(start-up imports excluded) and how many torch modules it built off the meta device: a
+refusal that built none did no model work, which is what "quick" means here, however busy
+the machine. The server starts no threads and no XLA runtime, so forking it is safe."""
 
 import atexit
 import dataclasses
