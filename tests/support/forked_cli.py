@@ -15,11 +15,9 @@ import dataclasses
 import json
 import os
 import selectors
-import shutil
 import signal
 import socket
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -86,7 +84,8 @@ def serve(socket_path: str) -> None:
     """Answer each connection's request ({"args", "env", "cwd", "timeout"}) with its
     command's {"returncode", "stdout", "stderr", "seconds", "modules_built"} (or
     {"timed_out": true}) once it ends. Ends when the process that started it does."""
-    parent, scratch = os.getppid(), Path(tempfile.mkdtemp(prefix="zoo-server-"))
+    parent, scratch = os.getppid(), Path(socket_path).with_name("commands")
+    scratch.mkdir()  # in the client's folder, which the client removes when it ends
     Path(socket_path).with_name(IMPORTS_SET_FILE).write_text(json.dumps(IMPORTS_SET))
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(socket_path)
@@ -111,7 +110,6 @@ def serve(socket_path: str) -> None:
                 become(request, files)  # never returns
             running[pid] = Command(connection, files, started, started + request["timeout"])
         answer_ended(running)
-    shutil.rmtree(scratch, ignore_errors=True)
 
 
 def become(request: dict, files: dict[str, Path]) -> None:

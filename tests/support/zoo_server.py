@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import shutil
 import socket
 import subprocess
 import sys
@@ -37,13 +38,19 @@ class ZooServer:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "tests.support.forked_cli", "--serve", self.socket_path],
                 env=env, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
-        atexit.register(self.process.kill)
+        atexit.register(self.stop, folder)
         deadline = time.monotonic() + START_TIMEOUT_S
         while not Path(self.socket_path).exists():
             if self.process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the zoo server did not start:\n{self.log.read_text()[-3000:]}")
             time.sleep(0.1)
         self.imports_set = json.loads((folder / IMPORTS_SET_FILE).read_text())
+
+    def stop(self, folder: Path) -> None:
+        """Ends the server with its worker, and removes its socket, log and scratch."""
+        self.process.kill()
+        self.process.wait()
+        shutil.rmtree(folder, ignore_errors=True)
 
     def serves(self, env: dict) -> bool:
         return self.process.poll() is None and not self.differences(env)
