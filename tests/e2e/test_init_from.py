@@ -4,7 +4,6 @@ the folder given relative and stored absolute, so the run's other commands work 
 anywhere and a rerun of the run folder resumes it without a model name or --init-from; and what is
 refused before any model is built."""
 
-
 import pytest
 import torch
 import transformers

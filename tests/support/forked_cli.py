@@ -3,24 +3,21 @@ imported the CLI, torch, torch_xla and what most commands import next (about 10 
 start-up a command, paid once). `python -m tests.support.forked_cli --serve SOCKET` answers
 one request a connection (tests/support/zoo_server.py is the client): a fork that becomes the
 command as `python -c "from tools.cli import main; main()"` would run it, in the environment
-and folder the request names, to its exit (threads joined, atexit handlers run; modules
-not torn down: `exit_without_teardown`). Each
-answer holds the command's exit status, its stdout and stderr (file descriptors, so C-level
-output is caught too), its seconds from fork to exit (start-up imports excluded) and how many
-torch modules it built off the meta device: a refusal that built none did no model work,
-which is what "quick" means here, however busy the machine. The server starts no threads and
-no XLA runtime, so forking it is safe."""
+and folder the request names, to its exit (threads joined, atexit handlers run; modules not
+torn down: `exit_without_teardown`). Each answer holds the command's exit status, its stdout
+and stderr (file descriptors, so C-level output is caught too), its seconds from fork to exit
+(start-up imports excluded) and how many torch modules it built off the meta device: a
+refusal that built none did no model work, which is what "quick" means here, however busy
+the machine. The server starts no threads and no XLA runtime, so forking it is safe."""
 
 import atexit
 import dataclasses
 import json
 import os
 import selectors
-import shutil
 import signal
 import socket
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -87,7 +84,8 @@ def serve(socket_path: str) -> None:
     """Answer each connection's request ({"args", "env", "cwd", "timeout"}) with its
     command's {"returncode", "stdout", "stderr", "seconds", "modules_built"} (or
     {"timed_out": true}) once it ends. Ends when the process that started it does."""
-    parent, scratch = os.getppid(), Path(tempfile.mkdtemp(prefix="zoo-server-"))
+    parent, scratch = os.getppid(), Path(socket_path).with_name("commands")
+    scratch.mkdir()  # in the client's folder, which the client removes when it ends
     Path(socket_path).with_name(IMPORTS_SET_FILE).write_text(json.dumps(IMPORTS_SET))
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(socket_path)
@@ -112,7 +110,6 @@ def serve(socket_path: str) -> None:
                 become(request, files)  # never returns
             running[pid] = Command(connection, files, started, started + request["timeout"])
         answer_ended(running)
-    shutil.rmtree(scratch, ignore_errors=True)
 
 
 def become(request: dict, files: dict[str, Path]) -> None:

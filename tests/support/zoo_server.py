@@ -2,14 +2,15 @@
 that has imported torch, torch_xla and the CLI once (tests/support/forked_cli.py --serve):
 about 10 CPU-s of start-up a command, paid once. The fork is otherwise the command a user
 runs: its own process, environment, folder, exit status and output, ended as a normal exit
-ends (threads joined, atexit handlers run). A command whose environment is not the one the
-server was started in (a test that set a variable some library reads when imported) runs as
-a new interpreter instead; so does one a test signals (tests/support/runs.py popen_zoo)."""
+ends (threads joined, atexit handlers run). A command in an environment no server of the
+worker was started in gets a second server; past MAX_SERVERS it runs as a new interpreter,
+as does one a test signals (tests/support/runs.py popen_zoo)."""
 
 from __future__ import annotations
 
 import atexit
 import json
+import shutil
 import socket
 import subprocess
 import sys
@@ -37,13 +38,19 @@ class ZooServer:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "tests.support.forked_cli", "--serve", self.socket_path],
                 env=env, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
-        atexit.register(self.process.kill)
+        atexit.register(self.stop, folder)
         deadline = time.monotonic() + START_TIMEOUT_S
         while not Path(self.socket_path).exists():
             if self.process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the zoo server did not start:\n{self.log.read_text()[-3000:]}")
             time.sleep(0.1)
         self.imports_set = json.loads((folder / IMPORTS_SET_FILE).read_text())
+
+    def stop(self, folder: Path) -> None:
+        """Ends the server with its worker, and removes its socket, log and scratch."""
+        self.process.kill()
+        self.process.wait()
+        shutil.rmtree(folder, ignore_errors=True)
 
     def serves(self, env: dict) -> bool:
         return self.process.poll() is None and not self.differences(env)
@@ -72,20 +79,24 @@ class ZooServer:
         return answer
 
 
-def differences(env: dict) -> list[str]:
-    """The variables `env` sets apart from the environment this worker's server serves."""
-    return _server.differences(env) if _server else []
-
-
-_server: ZooServer | None = None
+MAX_SERVERS = 2  # a worker's servers (each holds torch, torch_xla and transformers: ~1 GiB)
+_servers: list[ZooServer] = []
 _starting = threading.Lock()  # two commands side by side may ask for it at once
 
 
 def server_for(env: dict) -> ZooServer | None:
-    """This worker's server, started on first use with `env`; None when it serves another
-    environment than `env`."""
-    global _server
+    """A server of this worker that serves `env`: one started earlier, else a new one (an
+    in-process test may set a variable, as torch's inductor does its cache folder, after
+    the first started); None once MAX_SERVERS serve other environments."""
     with _starting:
-        if _server is None:
-            _server = ZooServer(env)
-    return _server if _server.serves(env) else None
+        found = next((server for server in _servers if server.serves(env)), None)
+        if found is None and len(_servers) < MAX_SERVERS:
+            found = ZooServer(env)
+            _servers.append(found)
+    return found
+
+
+def differences(env: dict) -> list[str]:
+    """The variables `env` sets apart from the environment this worker's first server
+    serves."""
+    return _servers[0].differences(env) if _servers else []
