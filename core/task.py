@@ -86,6 +86,9 @@ class Placed:
     # reference's weights); False: it lives between programs (a sampler's KV cache), so a
     # compiled step's total is short of it and the compiled plan adds it
     in_step: bool = True
+    # what the user can change to shrink it, for a plan that does not fit ("" : nothing but
+    # the model's own settings)
+    advice: str = ""
 
 
 class Task:
