@@ -39,12 +39,14 @@ Extension points (override in a subclass; the defaults are marked):
   started(engine)                 the engine built around the placed model, before its first
                                   batch is read: a task whose batches come from the model
                                   (GRPO's rollouts) hooks them to it here; default: nothing
-  placed(config, params)          -> [Placed(name, bytes per device, in_step)]: what `bind`
-                                  puts on the devices beside the trained model (a reference
-                                  copy, a sampler's KV cache), from the run config and the
-                                  model's parameter plan (core.sharding.ParamPlan entries,
-                                  their shard bytes). The plans (`zoo plan`, `--compile`) and
-                                  `zoo train`'s fit check add it; default: nothing
+  placed(config, params)          -> [Placed(name, bytes per device, in_step, advice)]:
+                                  what `bind` puts on the devices beside the trained model
+                                  (a reference copy, a sampler's KV cache), from the run
+                                  config and the model's parameter plan
+                                  (core.sharding.ParamPlan entries, their shard bytes). The
+                                  plans (`zoo plan`, `--compile`) and `zoo train`'s fit check
+                                  add it, and a plan that does not fit says its advice (what
+                                  shrinks it); default: nothing
 """
 
 from __future__ import annotations
@@ -86,6 +88,9 @@ class Placed:
     # reference's weights); False: it lives between programs (a sampler's KV cache), so a
     # compiled step's total is short of it and the compiled plan adds it
     in_step: bool = True
+    # what the user can change to shrink it, for a plan that does not fit ("" : nothing but
+    # the model's own settings)
+    advice: str = ""
 
 
 class Task:

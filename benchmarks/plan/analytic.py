@@ -58,6 +58,8 @@ class Plan:
             "hbm_per_chip": {"chip": self.hbm_bytes, "analytic": {**self.terms,
                                                                   "total": self.total}},
             "fits_analytic": self.fits,
+            # what the task holds beside the model, each also one of the terms above
+            "beside_model": [dataclasses.asdict(entry) for entry in self.placed],
             "model_flops_per_step": self.flops_per_step,
             "step_seconds_at_target_mfu": self.step_time_at_target_s,
             "target_mfu": self.target_mfu,
@@ -148,14 +150,28 @@ def check_fits(run: Run) -> None:
             raise UserError(
                 f"{model_name} needs {plan.total / gib:,.1f} GiB per chip by `zoo plan`"
                 f"{' (' + placed[2:] + ')' if placed else ''} but a {plan.topology.name} chip "
-                f"has {plan.hbm_bytes / gib:g} GiB; {FIT_ADVICE}")
+                f"has {plan.hbm_bytes / gib:g} GiB; {fit_advice(plan)}")
         return
     need, have = plan.total * plan.topology.devices, runtime.host_memory_available()
     if have is not None and need > have:
         raise UserError(
             f"{model_name} needs about {need / gib:,.1f} GiB of host memory by `zoo plan` "
-            f"(largest: {plan.largest}{placed}) but {have / gib:,.1f} GiB is available; use a "
-            "smaller model, global_batch_size or seq_len, or remat=checkpoint")
+            f"(largest: {plan.largest}{placed}) but {have / gib:,.1f} GiB is available; "
+            + "; ".join([*_placed_advice(plan), "use a smaller model, global_batch_size or "
+                         "seq_len, or remat=checkpoint"]))
+
+
+def fit_advice(plan: Plan) -> str:
+    """What to change when `plan` does not fit a chip: what shrinks each thing the task
+    holds beside the model (a sampler's KV cache), then the model's own settings."""
+    return "; ".join([*_placed_advice(plan), FIT_ADVICE])
+
+
+def _placed_advice(plan: Plan) -> list[str]:
+    """The advice of what the task holds beside the model that is a tenth of the total or
+    more, largest first (shrinking a small one would not make the plan fit)."""
+    return [entry.advice for entry in sorted(plan.placed, key=lambda e: -e.bytes)
+            if entry.advice and entry.bytes >= plan.total / 10]
 
 
 def describe(plan: Plan) -> str:
@@ -178,7 +194,7 @@ def describe(plan: Plan) -> str:
             f"largest term: {plan.largest} ({plan.terms[plan.largest] / gib:,.1f} GiB)"
         )
         if not plan.fits:
-            lines.append(FIT_ADVICE)
+            lines.append(fit_advice(plan))
     lines.append(f"model FLOPs per step: {plan.flops_per_step:.3e} ({plan.flops_basis})")
     if plan.step_time_at_target_s:
         lines.append(

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from benchmarks.plan.analytic import Plan, describe, make_plan
+from benchmarks.plan.analytic import Plan, describe, fit_advice, make_plan
 from benchmarks.plan.step_model import StepModel, project
 from benchmarks.plan.tpu_compile import CompiledStep, compile_hlo, compile_target, tpu_devices
 from core import backends, runtime, topology
@@ -37,7 +37,7 @@ from core.backends.xla.trace import (
 from core.errors import UserError
 from core.inputs import batch_spec
 from core.mesh import axis_sizes
-from core.out_of_memory import FIT_ADVICE, OutOfMemory
+from core.out_of_memory import OutOfMemory
 from core.remat import SCAN_POLICIES, LayerStack, apply_remat
 from core.sharding import plan_params
 from core.step import TrainStep
@@ -239,6 +239,7 @@ class CompiledPlan:
             "compile_seconds": step.compile_seconds,
             "trace_seconds": self.trace_seconds,
             "unplanned_input_bytes": self.unplanned_input_bytes,
+            "beside_model": [dataclasses.asdict(entry) for entry in plan.placed],
         }
         analytic_hbm = {**plan.terms, "total": plan.total}
         model_flops = plan.flops_per_step / topo.chips
@@ -333,7 +334,7 @@ def describe_compiled(plan: CompiledPlan, analytic: bool = True) -> str:
             f"{_persistent_label(plan.analytic).removesuffix(' (+ batch)')} per chip "
             "(analytic)",
             "  largest allocations: " + "; ".join(step.largest),
-            *([FIT_ADVICE] if plan.analytic.fits else []),
+            *([fit_advice(plan.analytic)] if plan.analytic.fits else []),
         ])
     persistent, beside = persistent_bytes(plan.analytic), plan.beside_step_bytes
     rows = [
@@ -395,7 +396,7 @@ def describe_compiled(plan: CompiledPlan, analytic: bool = True) -> str:
         f"({estimate['source']}), an MFU ceiling of {estimate['mfu_ceiling']:.0%}"
     )
     if not plan.fits and plan.analytic.fits:
-        lines.append(FIT_ADVICE)
+        lines.append(fit_advice(plan.analytic))
     return "\n".join(lines)
 
 

@@ -25,10 +25,12 @@ import time
 import torch
 import torch.nn.functional as F
 
-from core import lora
+from core import lora, topology
 from core.data import DataError, check_vocab, load_tokenizer
 from core.errors import UserError
+from core.mesh import resolve_axis_sizes
 from core.sampler import Sampler, SamplerShape
+from core.sampler.footprint import cache_bytes_per_device
 from core.sampler.params import DEFAULT_BUCKETS
 from core.task import Placed, Task
 from zoo.data.grpo_batches import GRPOBatches
@@ -78,10 +80,7 @@ class GroupRelative(CausalLM):
         if positions and grpo.max_new_tokens >= positions:
             raise UserError(f"grpo.max_new_tokens {grpo.max_new_tokens} passes the model's "
                             f"{positions} positions (a prompt needs one at least)")
-        room = config.seq_len - grpo.max_new_tokens
-        if room < 1:
-            raise UserError(f"grpo.max_new_tokens {grpo.max_new_tokens} leaves no room for a "
-                            f"prompt in seq_len {config.seq_len}; raise seq_len or lower it")
+        room = prompt_room(config)
         prompts = _prompts(config.data, config.seq_len)
         tokenizer = load_tokenizer(config.data.tokenizer)
         chat_tuned = tuned_on_chats(config.init_from)
@@ -128,11 +127,20 @@ class GroupRelative(CausalLM):
         return bound
 
     def placed(self, config: GRPOTrainConfig, params) -> list[Placed]:
-        """A frozen copy's share of each device (beta > 0, not LoRA); the sampler's cache is
-        the sampler's to count."""
-        if config.grpo.beta == 0 or config.lora.enabled:
-            return []
-        return [Placed("reference model (frozen copy)", sum(p.shard_bytes for p in params))]
+        """The rollout's KV cache, made and dropped around each rollout, between the step's
+        programs (counted on top of the step: a bound, as the step's transients are freed
+        while it lives), and a frozen copy's share of each device (beta > 0, not LoRA)."""
+        topo = topology.parse(config.tpu)
+        mesh_sizes = resolve_axis_sizes(config.mesh, topo.devices)
+        bf16 = config.runs_in_bf16(topo)
+        cache = cache_bytes_per_device(cache_layout_of(config), rollout_shape(config, mesh_sizes),
+                                       2 if bf16 else 4, mesh_sizes)
+        entries = [Placed(f"sampler KV cache ({'bf16' if bf16 else 'fp32'})", cache,
+                          in_step=False, advice=CACHE_ADVICE)]
+        if config.grpo.beta > 0 and not config.lora.enabled:
+            entries.append(Placed("reference model (frozen copy)",
+                                  sum(p.shard_bytes for p in params)))
+        return entries
 
     def started(self, engine) -> None:
         """The rollouts sample from the placed model on the run's backend and mesh, in the
@@ -142,18 +150,11 @@ class GroupRelative(CausalLM):
         from zoo.registry import resolve_name  # the families
 
         config = engine.config
-        family = resolve_name(config.model_name)[0]
-        if family.cache_layout is None:
-            raise UserError(f"{family.name} has no device sampler (model.cache_layout), "
-                            "which task=grpo's rollouts need")
-        room = config.seq_len - config.grpo.max_new_tokens
-        buckets = tuple(b for b in DEFAULT_BUCKETS if b < room) + (room,)
-        shape = SamplerShape.for_model(config.model, config.global_batch_size,
-                                       config.grpo.max_new_tokens, room, engine.mesh_sizes,
-                                       buckets)
-        sampler = Sampler(engine.model, family.cache_layout(config.model), shape=shape,
+        sampler = Sampler(engine.model, cache_layout_of(config),
+                          shape=rollout_shape(config, engine.mesh_sizes),
                           backend=engine.backend, mesh=engine.mesh, bf16=engine.bf16)
-        self.forward_flops = family.forward_flops(config)  # per token: the rollout's MFU
+        # per token: the rollout's MFU
+        self.forward_flops = resolve_name(config.model_name)[0].forward_flops(config)
 
         def generate(prompts, params, sample_ids, decode, pad_id):
             return sampler.generate(prompts, params, sample_ids=sample_ids, decode=decode,
@@ -213,6 +214,43 @@ def completion_logps(model, batch: dict, temperature: float) -> torch.Tensor:
     targets = batch["input_ids"][:, 1:]
     return -F.cross_entropy(logits.flatten(0, 1), targets.flatten(),
                             reduction="none").view(targets.shape)
+
+
+CACHE_ADVICE = ("the sampler's KV cache holds global_batch_size rows (every completion: "
+                "grpo.num_generations per prompt) of seq_len slots (prompt + "
+                "grpo.max_new_tokens): lower global_batch_size or seq_len, or split it over "
+                "more chips")
+
+
+def cache_layout_of(config: GRPOTrainConfig) -> list:
+    """The family's KV-cache layout for the run's model; a family without a device sampler
+    is refused (its rollouts could not be sampled)."""
+    from zoo.registry import resolve_name  # the families
+
+    family = resolve_name(config.model_name)[0]
+    if family.cache_layout is None:
+        raise UserError(f"{family.name} has no device sampler (model.cache_layout), "
+                        "which task=grpo's rollouts need")
+    return family.cache_layout(config.model)
+
+
+def rollout_shape(config: GRPOTrainConfig, mesh_sizes: dict[str, int]) -> SamplerShape:
+    """The rollout's sampler shape: one row per completion of the step (global_batch_size,
+    rounded up to the mesh's batch split), prompts bucketed up to seq_len less the new
+    tokens, so every row holds seq_len slots."""
+    room = prompt_room(config)
+    buckets = tuple(b for b in DEFAULT_BUCKETS if b < room) + (room,)
+    return SamplerShape.for_model(config.model, config.global_batch_size,
+                                  config.grpo.max_new_tokens, room, mesh_sizes, buckets)
+
+
+def prompt_room(config: GRPOTrainConfig) -> int:
+    """The longest prompt a row holds: seq_len less the new tokens (at least one)."""
+    room = config.seq_len - config.grpo.max_new_tokens
+    if room < 1:
+        raise UserError(f"grpo.max_new_tokens {config.grpo.max_new_tokens} leaves no room for "
+                        f"a prompt in seq_len {config.seq_len}; raise seq_len or lower it")
+    return room
 
 
 def tuned_on_chats(init_from: str | None) -> bool:
