@@ -81,9 +81,10 @@ class Command:
 
 
 def serve(socket_path: str) -> None:
-    """Answer each connection's request ({"args", "env", "cwd", "timeout"}) with its
-    command's {"returncode", "stdout", "stderr", "seconds", "modules_built"} (or
-    {"timed_out": true}) once it ends. Ends when the process that started it does."""
+    """Answer each connection's request ({"args", "env", "cwd", "timeout"}) with a line
+    {"pid"} once its command is forked (a test may signal it), then a line of its
+    {"returncode", "stdout", "stderr", "seconds", "modules_built"} (or {"timed_out": true})
+    once it ends. Ends when the process that started it does."""
     parent, scratch = os.getppid(), Path(socket_path).with_name("commands")
     scratch.mkdir()  # in the client's folder, which the client removes when it ends
     Path(socket_path).with_name(IMPORTS_SET_FILE).write_text(json.dumps(IMPORTS_SET))
@@ -108,6 +109,7 @@ def serve(socket_path: str) -> None:
                 listener.close()
                 connection.close()
                 become(request, files)  # never returns
+            connection.sendall(json.dumps({"pid": pid}).encode() + b"\n")
             running[pid] = Command(connection, files, started, started + request["timeout"])
         answer_ended(running)
 
@@ -176,7 +178,7 @@ def answer_ended(running: dict[int, Command]) -> None:
                       "modules_built": int(built.read_text()) if built.exists() else None}
         del running[pid]
         with command.connection:
-            command.connection.sendall(json.dumps(answer).encode())
+            command.connection.sendall(json.dumps(answer).encode() + b"\n")
         for path in command.files.values():
             path.unlink(missing_ok=True)
 

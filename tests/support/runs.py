@@ -56,8 +56,15 @@ def zoo_here(*args: str):
     return CliRunner().invoke(cli, list(args), catch_exceptions=False)
 
 
-def popen_zoo(*args, **kwargs) -> subprocess.Popen:
-    return subprocess.Popen(zoo_command(*args), env=env(), cwd=ROOT, **kwargs)
+def popen_zoo(*args, extra_env: dict | None = None, timeout=600):
+    """`zoo *args` started, not awaited: a ForkedCommand of this worker's zoo server, else a
+    new interpreter (subprocess.Popen); either one's `communicate()` gives (stdout, stderr)."""
+    environment = {**env(), **(extra_env or {})}
+    server = server_for(environment)
+    if server:
+        return server.start(list(args), environment, timeout)
+    return subprocess.Popen(zoo_command(*args), env=environment, cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
 def side_by_side(commands: list[tuple], run=zoo) -> list:
@@ -113,8 +120,7 @@ def trained_run(tmp_path_factory, args: list[str]) -> Path:
 def kill_after_first_checkpoint_then_rerun(args: list[str], out: Path, first: int):
     """Start `zoo train *args --out OUT`, SIGKILL it once checkpoint `first` exists, rerun it
     to the end; returns the rerun's result and its wall seconds."""
-    proc = popen_zoo("train", *args, "--out", str(out), stdout=subprocess.DEVNULL,
-                     stderr=subprocess.DEVNULL)
+    proc = popen_zoo("train", *args, "--out", str(out))
     deadline = time.time() + 300
     while not (out / "checkpoints" / f"step-{first:08d}" / "manifest.json").exists():
         assert proc.poll() is None and time.time() < deadline, f"run ended before step {first}"
