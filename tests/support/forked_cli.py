@@ -14,6 +14,7 @@ import atexit
 import dataclasses
 import json
 import os
+import runpy
 import selectors
 import signal
 import socket
@@ -39,11 +40,11 @@ import omegaconf  # noqa: E402, F401
 import psutil  # noqa: E402, F401
 import safetensors.torch  # noqa: E402, F401
 import torch  # noqa: E402
-import torch_xla  # noqa: E402, F401
+import torch_xla  # noqa: E402
 import transformers.models.llama.modeling_llama  # noqa: E402, F401
 
 import benchmarks.plan.analytic  # noqa: E402, F401
-import tools.cli  # noqa: E402, F401
+import tools.cli  # noqa: E402
 import tools.launch  # noqa: E402, F401
 import zoo.app.generate  # noqa: E402, F401
 import zoo.app.init_from  # noqa: E402, F401
@@ -115,28 +116,32 @@ def serve(socket_path: str) -> None:
 
 
 def become(request: dict, files: dict[str, Path]) -> None:
-    """This fork turns into the requested `zoo` command: its environment, folder, argv and
-    standard streams; the command's SystemExit (or uncaught exception, printed as Python
-    prints it) ends the process, which then writes how many modules it built."""
+    """This fork turns into the requested `zoo` command (or `python -m MODULE`, a test's
+    worker): its environment, folder, argv and standard streams; the command's SystemExit
+    (or uncaught exception, printed as Python prints it) ends the process, which then writes
+    how many modules it built."""
     os.environ.clear()
     os.environ.update(request["env"])
     for key, value in IMPORTS_SET.items():
         os.environ.setdefault(key, value)
+    torch_xla._setup_xla_flags()  # what its import adds to the request's own XLA flags
     os.chdir(request["cwd"])
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
     for fd, kind in ((1, "out"), (2, "err")):
         os.dup2(os.open(files[kind], os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, signal.SIG_DFL)
-    sys.argv = ["-c", *request["args"]]
     program_start._marked = time.time()  # what a new process's import of the CLI marks
     built = count_modules_built()
     atexit.register(lambda: files["built"].write_text(str(built[0])))
-    from tools.cli import main
-
     code = 1
     try:
-        main()
+        if request.get("module"):
+            sys.argv = [request["module"], *request["args"]]
+            runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = ["-c", *request["args"]]
+            tools.cli.main()
         code = 0
     except SystemExit as done:
         code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)

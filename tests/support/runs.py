@@ -57,13 +57,20 @@ def zoo_here(*args: str):
 
 
 def popen_zoo(*args, extra_env: dict | None = None, timeout=600):
-    """`zoo *args` started, not awaited: a ForkedCommand of this worker's zoo server, else a
-    new interpreter (subprocess.Popen); either one's `communicate()` gives (stdout, stderr)."""
-    environment = {**env(), **(extra_env or {})}
+    """`zoo *args` started, not awaited (see start_python)."""
+    return start_python(list(args), {**env(), **(extra_env or {})}, timeout)
+
+
+def start_python(args: list[str], environment: dict, timeout=600, module: str | None = None):
+    """`zoo *args`, or `python -m module *args` (a multi-device test's worker), started from
+    the repo root, not awaited: a ForkedCommand of this worker's zoo server where it serves
+    `environment`, else a new interpreter (subprocess.Popen); either one's `communicate()`
+    gives (stdout, stderr)."""
     server = server_for(environment)
     if server:
-        return server.start(list(args), environment, timeout)
-    return subprocess.Popen(zoo_command(*args), env=environment, cwd=ROOT, text=True,
+        return server.start(args, environment, timeout, module=module)
+    program = [sys.executable, "-m", module] if module else zoo_command()
+    return subprocess.Popen([*program, *args], env=environment, cwd=ROOT, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 

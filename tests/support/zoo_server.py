@@ -24,12 +24,17 @@ from pathlib import Path
 from tests.support.paths import ROOT
 
 START_TIMEOUT_S = 300  # its imports, on a busy machine
-# where a process stands among a slice's hosts: torch.distributed reads them when a run
-# joins its group (tests/e2e/test_hosts.py)
-HOST_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-# the variables a request may set apart from the server's, as nothing reads them at import:
-# pytest's name for the test, zoo's cache folder (a test's "VM disk") and the host's place
-READ_WHEN_RUN = ("PYTEST_CURRENT_TEST", "ZOO_CACHE", *HOST_VARIABLES)
+# the variables a request may set apart from the server's, as nothing reads them at import
+# (a fork re-applies what torch_xla's import adds to XLA_FLAGS): pytest's name for the test;
+# zoo's cache folder (a test's "VM disk"); the XLA runtime's devices and flags, read when it
+# starts (a multi-device test's workers); where a process stands among a slice's hosts, read
+# when a run joins its group (tests/e2e/test_hosts.py); and what libraries set in a pytest
+# worker when a test there uses them (torch's inductor its cache folder, OpenMP's duplicate
+# library switch), read only by that use
+READ_WHEN_RUN = ("PYTEST_CURRENT_TEST", "ZOO_CACHE",
+                 "PJRT_DEVICE", "CPU_NUM_DEVICES", "XLA_FLAGS",
+                 "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                 "TORCHINDUCTOR_CACHE_DIR", "KMP_DUPLICATE_LIB_OK")
 # what the server's start-up and imports set in its environment, beside its socket
 IMPORTS_SET_FILE = "imports-set.json"
 
@@ -78,22 +83,26 @@ class ZooServer:
         command.wait()
         return command.answer
 
-    def start(self, args: list[str], env: dict, timeout: float,
-              cwd: Path = ROOT) -> ForkedCommand:
-        """`zoo *args` started in `cwd`, forked by the server."""
+    def start(self, args: list[str], env: dict, timeout: float, cwd: Path = ROOT,
+              module: str | None = None) -> ForkedCommand:
+        """`zoo *args` (or `python -m module *args`) started in `cwd`, forked by the
+        server."""
         connection = socket.socket(socket.AF_UNIX)
         connection.connect(self.socket_path)
-        request = {"args": args, "env": env, "cwd": str(cwd), "timeout": timeout}
+        request = {"args": args, "env": env, "cwd": str(cwd), "timeout": timeout,
+                   "module": module}
         connection.sendall(json.dumps(request).encode() + b"\n")
-        return ForkedCommand(["zoo", *args], timeout, connection)
+        return ForkedCommand(["python", "-m", module] if module else ["zoo"], args, timeout,
+                             connection)
 
 
 class ForkedCommand:
     """A `zoo` command the server forked, as much of subprocess.Popen as the tests use: its
     pid from the start (to signal it), its exit status and output once it ends."""
 
-    def __init__(self, args: list[str], timeout: float, connection: socket.socket):
-        self.args, self.timeout = args, timeout
+    def __init__(self, program: list[str], args: list[str], timeout: float,
+                 connection: socket.socket):
+        self.args, self.timeout = [*program, *args], timeout
         self._connection, self._lines = connection, connection.makefile()
         self.pid = json.loads(self._lines.readline())["pid"]
         self.answer: dict | None = None
@@ -131,7 +140,7 @@ class ForkedCommand:
         self.send_signal(signal.SIGKILL)
 
 
-MAX_SERVERS = 2  # a worker's servers (each holds torch, torch_xla and transformers: ~1 GiB)
+MAX_SERVERS = 3  # a worker's servers (each holds torch, torch_xla and transformers: ~1 GiB)
 _servers: list[ZooServer] = []
 _starting = threading.Lock()  # two commands side by side may ask for it at once
 
