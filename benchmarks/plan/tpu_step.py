@@ -9,7 +9,6 @@ import contextlib
 import dataclasses
 import functools
 import os
-import sys
 import time
 from collections.abc import Callable
 
@@ -21,7 +20,7 @@ from benchmarks.plan.step_model import StepModel, project
 from benchmarks.plan.tpu_compile import CompiledStep, compile_hlo, compile_target, tpu_devices
 from core import backends, runtime, topology
 from core.backends.xla.pallas_tpu import pallas_lowering_for_tpu
-from core.backends.xla.runtime import detect, start
+from core.backends.xla.runtime import detect, start, started
 from core.backends.xla.spmd import build_mesh, shard_activations
 from core.backends.xla.trace import (
     Placeholders,
@@ -46,9 +45,10 @@ from zoo.app.run import Run
 
 
 def use_virtual_devices(topo: topology.Topology) -> None:
-    """XLA:CPU with one virtual device per device of the slice; must precede torch_xla."""
+    """XLA:CPU with one virtual device per device of the slice; must precede the XLA
+    runtime's start."""
     wanted = str(topo.devices)
-    if "torch_xla.runtime" in sys.modules:
+    if started():
         info = detect()
         if info.pjrt_device != "CPU" or info.device_count != topo.devices:
             raise UserError(f"this process already runs XLA on other devices; plan "

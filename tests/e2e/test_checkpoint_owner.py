@@ -6,7 +6,6 @@ that owns the location resumes."""
 import json
 import shutil
 import signal
-import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -74,8 +73,7 @@ def test_a_copy_of_the_run_waits_for_the_writing_one(owned):
     scratch, location, _, _ = owned
     shutil.copytree(scratch / "a", scratch / "copy")  # the same run, on another VM's disk
     writer = popen_zoo("train", *TINY, "steps=1000", "checkpoint_every=1000",
-                       f"checkpoint_dir={location}", "--out", str(scratch / "a"),
-                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                       f"checkpoint_dir={location}", "--out", str(scratch / "a"))
     lease = location / "lease.json"
     deadline = time.time() + 120
     while not (lease.exists() and json.loads(lease.read_text())["pid"] == writer.pid):
@@ -85,5 +83,6 @@ def test_a_copy_of_the_run_waits_for_the_writing_one(owned):
                  "--out", str(scratch / "copy"), timeout=120)
     refused(second, f"is being written by pid {writer.pid}")
     writer.send_signal(signal.SIGTERM)  # it saves, releases the location and exits
-    assert writer.wait(timeout=120) == 0, writer.stderr.read()[-2000:]
+    _, stderr = writer.communicate(timeout=120)
+    assert writer.returncode == 0, stderr[-2000:]
     assert not lease.exists()

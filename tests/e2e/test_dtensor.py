@@ -132,8 +132,7 @@ def test_sigkill_of_every_process_then_rerun_resumes_exactly(tmp_path_factory):
     args = ["llama-tiny", "--steps", "10", "log_every=1", "checkpoint_every=4", *DTENSOR]
     uninterrupted = trained_run(tmp_path_factory, args)
     out = tmp_path_factory.mktemp("killed") / "run"
-    proc = popen_zoo("train", *args, "--out", str(out),
-                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = popen_zoo("train", *args, "--out", str(out))
     deadline = time.time() + 300
     while not (out / "checkpoints" / "step-00000004" / "manifest.json").exists():
         assert proc.poll() is None and time.time() < deadline, "the run ended before step 4"

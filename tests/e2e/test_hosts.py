@@ -14,8 +14,7 @@ import time
 
 import pytest
 
-from tests.support.paths import ROOT
-from tests.support.runs import env, losses, zoo, zoo_command, zoo_here
+from tests.support.runs import losses, popen_zoo, zoo, zoo_here
 
 SMALL = ["llama-tiny", "--tpu", "cpu-1", "model.num_hidden_layers=1", "seq_len=64",
          "global_batch_size=4", "log_every=1", "optim.lr=1e-3", "checkpoint_every=1000",
@@ -28,17 +27,15 @@ def start_hosts(outs, steps: int, *overrides: str) -> list[subprocess.Popen]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     return [
-        subprocess.Popen(
-            zoo_command("train", *SMALL, *overrides, "--steps", str(steps), "--out", str(out)),
-            env={**env(), "RANK": str(rank), "WORLD_SIZE": str(len(outs)),
-                 "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)},
-            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        popen_zoo("train", *SMALL, *overrides, "--steps", str(steps), "--out", str(out),
+                  extra_env={"RANK": str(rank), "WORLD_SIZE": str(len(outs)),
+                             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
         for rank, out in enumerate(outs)
     ]
 
 
 def finish(procs) -> list[str]:
-    logs = [proc.communicate(timeout=300)[0] for proc in procs]
+    logs = ["".join(proc.communicate(timeout=300)) for proc in procs]
     for proc, log in zip(procs, logs):
         assert proc.returncode == 0, log[-3000:]
     return logs

@@ -7,16 +7,13 @@ adapters alone, a few percent of the full model's; the merged export and the PEF
 folder give the same logits."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
 
 from tests.e2e.conftest import LORA_TARGETS
 from tests.e2e.test_dtensor import assert_same_losses
-from tests.support.paths import ROOT
-from tests.support.runs import env, losses, zoo_here
+from tests.support.runs import env, losses, start_python, zoo_here
 
 
 @pytest.fixture(scope="module")
@@ -46,12 +43,11 @@ def test_the_checkpoint_holds_the_adapters_alone(tuned, pretrained_run):
 
 def test_only_the_adapters_train(tmp_path):
     report = tmp_path / "report.json"
-    worker = subprocess.run(
-        [sys.executable, "-m", "tests.support.lora_worker", str(tmp_path / "run"), str(report),
-         "tpu=cpu-1", "steps=2", "lora.rank=8", LORA_TARGETS, "seq_len=128",
-         "optim.lr=1e-2"],
-        env=env(), cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert worker.returncode == 0, worker.stderr[-3000:]
+    worker = start_python([str(tmp_path / "run"), str(report), "tpu=cpu-1", "steps=2",
+                           "lora.rank=8", LORA_TARGETS, "seq_len=128", "optim.lr=1e-2"],
+                          env(), module="tests.support.lora_worker")
+    _, stderr = worker.communicate(timeout=600)
+    assert worker.returncode == 0, stderr[-3000:]
     found = json.loads(report.read_text())
     assert len(found["trained"]) == 4 * 4 * 2 and found["frozen"] > 0
     assert found["changed"] == found["trained"]  # every base weight bit for bit as it was

@@ -6,7 +6,6 @@ hand-picked MaxText-comparison config are slow; the default suite compiles one c
 
 import json
 import signal
-import subprocess
 import time
 
 import psutil
@@ -88,8 +87,7 @@ def test_a_sigterm_ends_the_search_and_its_compile_processes_at_once():
     """The workers run in sessions of their own (a timed-out compile is killed with its
     children): the search must stop them itself, not leave them to finish their compile."""
     search = popen_zoo("plan", "llama-tiny", "--tpu", "v5p-8", "--search", "--jobs", "1",
-                       "sharding=fsdp", "remat=none", "global_batch_size=16", "mesh.fsdp=4",
-                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                       "sharding=fsdp", "remat=none", "global_batch_size=16", "mesh.fsdp=4")
     parent, deadline = psutil.Process(search.pid), time.monotonic() + 120
     while not (workers := parent.children()) and time.monotonic() < deadline:
         time.sleep(0.2)

@@ -7,7 +7,6 @@ import os
 import shutil
 import signal
 import socket
-import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -115,14 +114,13 @@ def assert_goodput_counts_the_restart(out: Path, printed: str, rerun_seconds: fl
 def test_sigterm_saves_and_exits_cleanly(tmp_path):
     out = tmp_path / "run"
     proc = popen_zoo("train", "llama-tiny", "--tpu", "cpu-1", "--steps", "500", "--out",
-                     str(out), "checkpoint_every=1000", *SMALL, stdout=subprocess.PIPE,
-                     stderr=subprocess.STDOUT, text=True)
+                     str(out), "checkpoint_every=1000", *SMALL)
     deadline = time.time() + 300
     while not (out / "metrics.jsonl").exists() or len(losses(out)) < 3:
         assert proc.poll() is None and time.time() < deadline
         time.sleep(0.2)
     proc.send_signal(signal.SIGTERM)
-    log, _ = proc.communicate(timeout=300)
+    log = "".join(proc.communicate(timeout=300))
     assert proc.returncode == 0, log[-2000:]
     assert "SIGTERM: saved step" in log
     saved = checkpoints(out)

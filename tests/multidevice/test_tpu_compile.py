@@ -30,6 +30,7 @@ from benchmarks.plan.tpu_compile import (
 from core.out_of_memory import parse_out_of_memory
 from core.topology import parse
 from tests.support.paths import ROOT
+from tests.support.runs import env, start_python
 from zoo.registry import family
 
 WORKER = "tests.support.compile_worker"
@@ -94,12 +95,11 @@ def compile_cases(jobs: list[tuple[str, list]], out_dir: Path, timeout: int = 18
     procs = []
     for devices, shared in by_devices.items():
         out = out_dir / f"{devices}-devices.json"
-        procs.append((shared, out, subprocess.Popen(
-            [sys.executable, "-m", WORKER, str(out), json.dumps(shared)], cwd=ROOT,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
+        procs.append((shared, out, start_python([str(out), json.dumps(shared)], env(),
+                                                timeout, WORKER)))
     results: dict = {}
     for shared, out, proc in procs:
-        log, _ = proc.communicate(timeout=timeout)
+        log = "".join(proc.communicate(timeout=timeout))
         names = ", ".join(slice_type for slice_type, _ in shared)
         assert proc.returncode == 0, f"compiling for {names} failed:\n{log[-3000:]}"
         records = iter(json.loads(out.read_text()))

@@ -14,6 +14,7 @@ import atexit
 import dataclasses
 import json
 import os
+import runpy
 import selectors
 import signal
 import socket
@@ -39,11 +40,11 @@ import omegaconf  # noqa: E402, F401
 import psutil  # noqa: E402, F401
 import safetensors.torch  # noqa: E402, F401
 import torch  # noqa: E402
-import torch_xla  # noqa: E402, F401
+import torch_xla  # noqa: E402
 import transformers.models.llama.modeling_llama  # noqa: E402, F401
 
 import benchmarks.plan.analytic  # noqa: E402, F401
-import tools.cli  # noqa: E402, F401
+import tools.cli  # noqa: E402
 import tools.launch  # noqa: E402, F401
 import zoo.app.generate  # noqa: E402, F401
 import zoo.app.init_from  # noqa: E402, F401
@@ -81,9 +82,10 @@ class Command:
 
 
 def serve(socket_path: str) -> None:
-    """Answer each connection's request ({"args", "env", "cwd", "timeout"}) with its
-    command's {"returncode", "stdout", "stderr", "seconds", "modules_built"} (or
-    {"timed_out": true}) once it ends. Ends when the process that started it does."""
+    """Answer each connection's request ({"args", "env", "cwd", "timeout"}) with a line
+    {"pid"} once its command is forked (a test may signal it), then a line of its
+    {"returncode", "stdout", "stderr", "seconds", "modules_built"} (or {"timed_out": true})
+    once it ends. Ends when the process that started it does."""
     parent, scratch = os.getppid(), Path(socket_path).with_name("commands")
     scratch.mkdir()  # in the client's folder, which the client removes when it ends
     Path(socket_path).with_name(IMPORTS_SET_FILE).write_text(json.dumps(IMPORTS_SET))
@@ -108,33 +110,38 @@ def serve(socket_path: str) -> None:
                 listener.close()
                 connection.close()
                 become(request, files)  # never returns
+            connection.sendall(json.dumps({"pid": pid}).encode() + b"\n")
             running[pid] = Command(connection, files, started, started + request["timeout"])
         answer_ended(running)
 
 
 def become(request: dict, files: dict[str, Path]) -> None:
-    """This fork turns into the requested `zoo` command: its environment, folder, argv and
-    standard streams; the command's SystemExit (or uncaught exception, printed as Python
-    prints it) ends the process, which then writes how many modules it built."""
+    """This fork turns into the requested `zoo` command (or `python -m MODULE`, a test's
+    worker): its environment, folder, argv and standard streams; the command's SystemExit
+    (or uncaught exception, printed as Python prints it) ends the process, which then writes
+    how many modules it built."""
     os.environ.clear()
     os.environ.update(request["env"])
     for key, value in IMPORTS_SET.items():
         os.environ.setdefault(key, value)
+    torch_xla._setup_xla_flags()  # what its import adds to the request's own XLA flags
     os.chdir(request["cwd"])
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
     for fd, kind in ((1, "out"), (2, "err")):
         os.dup2(os.open(files[kind], os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, signal.SIG_DFL)
-    sys.argv = ["-c", *request["args"]]
     program_start._marked = time.time()  # what a new process's import of the CLI marks
     built = count_modules_built()
     atexit.register(lambda: files["built"].write_text(str(built[0])))
-    from tools.cli import main
-
     code = 1
     try:
-        main()
+        if request.get("module"):
+            sys.argv = [request["module"], *request["args"]]
+            runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = ["-c", *request["args"]]
+            tools.cli.main()
         code = 0
     except SystemExit as done:
         code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
@@ -176,7 +183,7 @@ def answer_ended(running: dict[int, Command]) -> None:
                       "modules_built": int(built.read_text()) if built.exists() else None}
         del running[pid]
         with command.connection:
-            command.connection.sendall(json.dumps(answer).encode())
+            command.connection.sendall(json.dumps(answer).encode() + b"\n")
         for path in command.files.values():
             path.unlink(missing_ok=True)
 

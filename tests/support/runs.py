@@ -56,8 +56,22 @@ def zoo_here(*args: str):
     return CliRunner().invoke(cli, list(args), catch_exceptions=False)
 
 
-def popen_zoo(*args, **kwargs) -> subprocess.Popen:
-    return subprocess.Popen(zoo_command(*args), env=env(), cwd=ROOT, **kwargs)
+def popen_zoo(*args, extra_env: dict | None = None, timeout=600):
+    """`zoo *args` started, not awaited (see start_python)."""
+    return start_python(list(args), {**env(), **(extra_env or {})}, timeout)
+
+
+def start_python(args: list[str], environment: dict, timeout=600, module: str | None = None):
+    """`zoo *args`, or `python -m module *args` (a multi-device test's worker), started from
+    the repo root, not awaited: a ForkedCommand of this worker's zoo server where it serves
+    `environment`, else a new interpreter (subprocess.Popen); either one's `communicate()`
+    gives (stdout, stderr)."""
+    server = server_for(environment)
+    if server:
+        return server.start(args, environment, timeout, module=module)
+    program = [sys.executable, "-m", module] if module else zoo_command()
+    return subprocess.Popen([*program, *args], env=environment, cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
 def side_by_side(commands: list[tuple], run=zoo) -> list:
@@ -113,8 +127,7 @@ def trained_run(tmp_path_factory, args: list[str]) -> Path:
 def kill_after_first_checkpoint_then_rerun(args: list[str], out: Path, first: int):
     """Start `zoo train *args --out OUT`, SIGKILL it once checkpoint `first` exists, rerun it
     to the end; returns the rerun's result and its wall seconds."""
-    proc = popen_zoo("train", *args, "--out", str(out), stdout=subprocess.DEVNULL,
-                     stderr=subprocess.DEVNULL)
+    proc = popen_zoo("train", *args, "--out", str(out))
     deadline = time.time() + 300
     while not (out / "checkpoints" / f"step-{first:08d}" / "manifest.json").exists():
         assert proc.poll() is None and time.time() < deadline, f"run ended before step {first}"

@@ -5,16 +5,13 @@ The PJRT device count is fixed per process, so each device count runs a worker m
 results.
 """
 
-import os
 import re
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
 import torch
 
-from tests.support.paths import ROOT
+from tests.support.runs import env, start_python
 
 # XLA:CPU runs each virtual device as a thread and aborts a collective that one of them has
 # not reached in 10 s (a timeout no flag changes): on 2 cores, with other work competing, a
@@ -36,25 +33,28 @@ UNOPTIMISED_CODE = "--xla_backend_optimization_level=0"
 
 def xla_cpu_env(devices: int, *xla_flags: str) -> dict:
     """Environment for a child process with `devices` virtual XLA CPU devices."""
-    flags = " ".join([os.environ.get("XLA_FLAGS", ""), *xla_flags]).strip()
-    return {**os.environ, "PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": str(devices),
-            "TF_CPP_MIN_LOG_LEVEL": "2", **({"XLA_FLAGS": flags} if flags else {})}
+    environment = env()
+    flags = " ".join([environment.get("XLA_FLAGS", ""), *xla_flags]).strip()
+    return {**environment, "PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": str(devices),
+            **({"XLA_FLAGS": flags} if flags else {})}
 
 
 def run_workers(module: str, device_counts, out_dir: Path, timeout: int = 900,
                 args=()) -> dict:
-    """Run `python -m module OUT.pt *args` from the repo root once per device count; returns
+    """Run `python -m module OUT.pt *args` from the repo root once per device count, each
+    forked from the zoo server (tests/support/runs.py start_python); returns
     {count: results}."""
-    def start(n: int, *xla_flags: str) -> subprocess.Popen:
-        command = [sys.executable, "-m", module, str(out_dir / f"{n}.pt"), *args]
-        return subprocess.Popen(command, cwd=ROOT,
-                                env=xla_cpu_env(n, UNOPTIMISED_CODE, *xla_flags),
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    def start(n: int, *xla_flags: str):
+        return start_python([str(out_dir / f"{n}.pt"), *args],
+                            xla_cpu_env(n, UNOPTIMISED_CODE, *xla_flags), timeout, module)
+
+    def finish(proc) -> str:
+        return "".join(proc.communicate(timeout=timeout))
 
     procs = {n: start(n) for n in device_counts}
     results = {}
     for n, proc in procs.items():
-        log, _ = proc.communicate(timeout=timeout)
+        log = finish(proc)
         for attempt in range(2, RUNS + 1):
             if proc.returncode == 0 or STARVED not in log:
                 break
@@ -62,7 +62,7 @@ def run_workers(module: str, device_counts, out_dir: Path, timeout: int = 900,
                           f"collective timeout (a busy machine); run {attempt} of {RUNS}",
                           stacklevel=2)
             proc = start(n, EVEN_THREADS)  # alone: the others have ended
-            log, _ = proc.communicate(timeout=timeout)
+            log = finish(proc)
         assert proc.returncode == 0, f"{module} on {n} devices failed:\n{log[-3000:]}"
         results[n] = torch.load(out_dir / f"{n}.pt", weights_only=False)
     return results

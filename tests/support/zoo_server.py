@@ -3,14 +3,16 @@ that has imported torch, torch_xla and the CLI once (tests/support/forked_cli.py
 about 10 CPU-s of start-up a command, paid once. The fork is otherwise the command a user
 runs: its own process, environment, folder, exit status and output, ended as a normal exit
 ends (threads joined, atexit handlers run). A command in an environment no server of the
-worker was started in gets a second server; past MAX_SERVERS it runs as a new interpreter,
-as does one a test signals (tests/support/runs.py popen_zoo)."""
+worker was started in gets a second server; past MAX_SERVERS it runs as a new interpreter.
+A command's pid is known once it is forked, so a test may signal it (runs.py popen_zoo)."""
 
 from __future__ import annotations
 
 import atexit
 import json
+import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -22,9 +24,17 @@ from pathlib import Path
 from tests.support.paths import ROOT
 
 START_TIMEOUT_S = 300  # its imports, on a busy machine
-# the variables a request may set apart from the server's, as nothing reads them at import:
-# pytest's name for the test, and zoo's cache folder (a test's "VM disk")
-READ_WHEN_RUN = ("PYTEST_CURRENT_TEST", "ZOO_CACHE")
+# the variables a request may set apart from the server's, as nothing reads them at import
+# (a fork re-applies what torch_xla's import adds to XLA_FLAGS): pytest's name for the test;
+# zoo's cache folder (a test's "VM disk"); the XLA runtime's devices and flags, read when it
+# starts (a multi-device test's workers); where a process stands among a slice's hosts, read
+# when a run joins its group (tests/e2e/test_hosts.py); and what libraries set in a pytest
+# worker when a test there uses them (torch's inductor its cache folder, OpenMP's duplicate
+# library switch), read only by that use
+READ_WHEN_RUN = ("PYTEST_CURRENT_TEST", "ZOO_CACHE",
+                 "PJRT_DEVICE", "CPU_NUM_DEVICES", "XLA_FLAGS",
+                 "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                 "TORCHINDUCTOR_CACHE_DIR", "KMP_DUPLICATE_LIB_OK")
 # what the server's start-up and imports set in its environment, beside its socket
 IMPORTS_SET_FILE = "imports-set.json"
 
@@ -67,19 +77,70 @@ class ZooServer:
                 if k not in READ_WHEN_RUN and self.imports_set.get(k) != v}
 
     def run(self, args: list[str], env: dict, timeout: float, cwd: Path = ROOT) -> dict:
-        """`zoo *args` to its end, started in `cwd`: {"returncode", "stdout", "stderr",
-        "seconds" (fork to exit), "modules_built"}."""
-        request = {"args": args, "env": env, "cwd": str(cwd), "timeout": timeout}
-        with socket.socket(socket.AF_UNIX) as connection:
-            connection.connect(self.socket_path)
-            connection.sendall(json.dumps(request).encode() + b"\n")
-            answer = json.loads(connection.makefile().read())
-        if answer.get("timed_out"):
-            raise subprocess.TimeoutExpired(["zoo", *args], timeout)
-        return answer
+        """`zoo *args` to its end: {"returncode", "stdout", "stderr", "seconds" (fork to
+        exit), "modules_built"}."""
+        command = self.start(args, env, timeout, cwd)
+        command.wait()
+        return command.answer
+
+    def start(self, args: list[str], env: dict, timeout: float, cwd: Path = ROOT,
+              module: str | None = None) -> ForkedCommand:
+        """`zoo *args` (or `python -m module *args`) started in `cwd`, forked by the
+        server."""
+        connection = socket.socket(socket.AF_UNIX)
+        connection.connect(self.socket_path)
+        request = {"args": args, "env": env, "cwd": str(cwd), "timeout": timeout,
+                   "module": module}
+        connection.sendall(json.dumps(request).encode() + b"\n")
+        return ForkedCommand(["python", "-m", module] if module else ["zoo"], args, timeout,
+                             connection)
 
 
-MAX_SERVERS = 2  # a worker's servers (each holds torch, torch_xla and transformers: ~1 GiB)
+class ForkedCommand:
+    """A `zoo` command the server forked, as much of subprocess.Popen as the tests use: its
+    pid from the start (to signal it), its exit status and output once it ends."""
+
+    def __init__(self, program: list[str], args: list[str], timeout: float,
+                 connection: socket.socket):
+        self.args, self.timeout = [*program, *args], timeout
+        self._connection, self._lines = connection, connection.makefile()
+        self.pid = json.loads(self._lines.readline())["pid"]
+        self.answer: dict | None = None
+        self._reader = threading.Thread(target=self._read_answer, daemon=True)
+        self._reader.start()
+
+    def _read_answer(self) -> None:
+        with self._connection, self._lines:
+            self.answer = json.loads(self._lines.readline())
+
+    @property
+    def returncode(self) -> int | None:
+        return None if self.answer is None else self.answer.get("returncode")
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        """The exit status; TimeoutExpired past `timeout`, or when the server killed the
+        command at its own deadline."""
+        self._reader.join(timeout)
+        if self.answer is None or self.answer.get("timed_out"):
+            raise subprocess.TimeoutExpired(self.args, timeout or self.timeout)
+        return self.answer["returncode"]
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        self.wait(timeout)
+        return self.answer["stdout"], self.answer["stderr"]
+
+    def send_signal(self, signum: int) -> None:
+        if self.answer is None:  # not reaped yet: the pid is still the command's
+            os.kill(self.pid, signum)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+MAX_SERVERS = 3  # a worker's servers (each holds torch, torch_xla and transformers: ~1 GiB)
 _servers: list[ZooServer] = []
 _starting = threading.Lock()  # two commands side by side may ask for it at once
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 
 from core.runtime import configure, tpu_type, version
 
@@ -15,6 +16,16 @@ def installed() -> bool:
     except ImportError:
         return False
     return True
+
+
+def started() -> bool:
+    """Whether this process's XLA runtime is up, its devices fixed for good (importing
+    torch_xla does not start it)."""
+    if "torch_xla" not in sys.modules:
+        return False
+    import torch_xla  # torch_xla
+
+    return torch_xla._XLAC._xla_runtime_is_initialized()
 
 
 def start() -> None:
