@@ -22,7 +22,8 @@ from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
 from core.errors import UserError
 from core.json_file import DamagedFile
-from core.store.run_folder import RunFolder
+from core.store.location import Store
+from core.store.run_folder import LOCATION_CONFIG, RUN_CONFIG, RunFolder
 
 T = TypeVar("T")
 # the line a saved run config ends with: YAML cut between two keys is still valid YAML, so
@@ -213,6 +214,25 @@ def parse_saved(text: str, name: str) -> dict:
         return parse_yaml(text, name)
     except ConfigError as error:  # damaged, not a config to fix: a saved run's own file
         raise DamagedFile(str(error)) from None
+
+
+def read_saved_config(path: str) -> tuple[tuple[str, dict], str | None]:
+    """((the saved run config's file, its keys), the run folder when `path` is in one) of a
+    run folder, a checkpoint location or a checkpoint in either; a config that is there but
+    damaged (cut short too) is DamagedFile, none at all a UserError."""
+    store = Store(path)
+    for run in (store, store.parent.parent):  # a run folder, or RUN/checkpoints/step-N
+        if run.exists(RUN_CONFIG):
+            return _read_saved(run, RUN_CONFIG), run.url
+    for location in (store, store.parent):
+        if location.exists(LOCATION_CONFIG):
+            return _read_saved(location, LOCATION_CONFIG), None
+    raise UserError(f"{path} is neither a run folder nor a checkpoint location, nor a "
+                    f"checkpoint in one (no config.yaml or {LOCATION_CONFIG})")
+
+
+def _read_saved(folder: Store, name: str) -> tuple[str, dict]:
+    return (folder / name).url, parse_saved(folder.read_text(name), (folder / name).url)
 
 
 def write_resolved(cfg, run_dir: str | Path) -> Path:

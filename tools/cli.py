@@ -157,6 +157,7 @@ def train(model, overrides, config_files, **options):
 @click.argument("run_or_checkpoint", type=RUN_OR_CHECKPOINT)
 @click.option("--prompt", help="One prompt: prints it with its continuation.")
 @click.option("--prompts", "prompts_file",
+              type=PathArg("file", reads=True, text=True, what="a JSON-lines file of prompts"),
               help='A JSON-lines file, a string or {"prompt": TEXT} a line: prints a JSON line '
                    '{"prompt", "completion", "finish"} for each.')
 @click.option("--tpu", help="The slice to generate on (e.g. cpu-4); default: the run's.")

@@ -164,7 +164,7 @@ class ModelFamily(Generic[ModelConfig]):
         if name not in variants:
             raise UserError(f"task={name} is not a task {self.name} models train for; choose "
                             f"from {', '.join([self.task.name, *variants])}")
-        return variants[name].build(self.task, self.model_cls)
+        return variants[name].build(self.task, self)
 
     def model_for(self, config: ModelConfig, topo: Topology, mesh: MeshConfig) -> ModelConfig:
         """The model config as it is built on `topo` over `mesh` (see `for_slice`)."""

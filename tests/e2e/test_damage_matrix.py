@@ -57,6 +57,8 @@ BASES = {
                                 "mesh.tensor=3"],
     ("generate", "run_or_checkpoint"): ["generate", "@", "--prompt", "hi",
                                         "--max-new-tokens", "1"],
+    ("generate", "prompts_file"): ["generate", "{run}", "--prompts", "@",
+                                   "--max-new-tokens", "1"],
     ("export", "checkpoint"): ["export", "@", "{out}"],
     ("export", "out"): ["export", "{run}", "@"],
     ("eval", "checkpoint"): ["eval", "@", "--tasks", "arc_easy_sample", "--limit", "1",
@@ -229,6 +231,8 @@ def file_example(path: tuple, param: click.Parameter) -> bytes:
         return b"- name: tiny\n  model: llama-tiny\n"
     if param.name == "baseline":
         return json.dumps({"records": []}).encode()
+    if param.name == "prompts_file":
+        return b'"hi"\n'
     return b"steps: 1\n"
 
 

@@ -28,7 +28,7 @@ class Toy(CausalLM):
 
 
 VARIANT = TaskVariant(builds_on=CausalLM,
-                      build=lambda family_task, model_cls: on_top_of(family_task, Toy)())
+                      build=lambda family_task, family: on_top_of(family_task, Toy)())
 '''
 
 

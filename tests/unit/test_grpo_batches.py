@@ -1,4 +1,4 @@
-"""GRPO's batches (zoo/data/grpo_batches.py) around a stand-in sampler: what each rollout
+"""GRPO's batches (zoo/tasks/grpo_batches.py) around a stand-in sampler: what each rollout
 asks the sampler for (its prompts G times, sample ids j * G + g, a seed of the run's seed
 and the rollout's number), the rows it hands the step, and which steps share a rollout."""
 
@@ -6,9 +6,9 @@ import pytest
 
 from core.data import load_tokenizer
 from core.sampler import Completions, Timings
-from zoo.data.grpo_batches import GRPOBatches
 from zoo.data.grpo_data import Prompts
 from zoo.data.rewards import load_rewards
+from zoo.tasks.grpo_batches import GRPOBatches
 from zoo.tasks.grpo_objective import GRPOConfig
 
 PROMPTS = Prompts(["one", "two", "three"], {"answer": ["a", "b", "c"]},

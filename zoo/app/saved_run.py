@@ -8,13 +8,13 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from core.config import parse_saved
+from core.config import read_saved_config
 from core.errors import UserError
 from core.json_file import DamagedFile
 from core.store.checkpoint_reader import complete_steps, load_checkpoint
 from core.store.location import Store, answered, reason
 from core.store.manifest import is_committed
-from core.store.run_folder import LOCATION_CONFIG, RUN_CONFIG, step_dir_name, step_of
+from core.store.run_folder import step_dir_name, step_of
 from core.store.run_home import RunHome
 from zoo.app.run import Run, resolve_run
 
@@ -25,7 +25,7 @@ def load_run(path: str | Path) -> tuple[Run, RunHome]:
     """(the run, its RunHome) for a run folder (a path or a URL), a checkpoint location
     holding `run-config.yaml`, or a checkpoint folder in either."""
     try:
-        saved, run_dir = answered(lambda: _saved_config(str(path)))
+        saved, run_dir = answered(lambda: read_saved_config(str(path)))
     except UserError:
         raise
     except Exception as error:  # a bucket out of reach, a folder not readable
@@ -93,27 +93,9 @@ def is_saved_run(path: str) -> bool:
     if "://" in path:
         return True
     try:
-        _saved_config(path)
+        read_saved_config(path)
     except DamagedFile:
         return True
     except UserError:
         return False
     return True
-
-
-def _saved_config(path: str) -> tuple[tuple[str, dict], str | None]:
-    """((the run config's file, its keys), the run folder when `path` is in one); a config
-    that is there but damaged (cut short too) is DamagedFile."""
-    store = Store(path)
-    for run in (store, store.parent.parent):  # a run folder, or RUN/checkpoints/step-N
-        if run.exists(RUN_CONFIG):
-            return _read_saved(run, RUN_CONFIG), run.url
-    for location in (store, store.parent):
-        if location.exists(LOCATION_CONFIG):
-            return _read_saved(location, LOCATION_CONFIG), None
-    raise UserError(f"{path} is neither a run folder nor a checkpoint location, nor a "
-                    f"checkpoint in one (no config.yaml or {LOCATION_CONFIG})")
-
-
-def _read_saved(folder: Store, name: str) -> tuple[str, dict]:
-    return (folder / name).url, parse_saved(folder.read_text(name), (folder / name).url)

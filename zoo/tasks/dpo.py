@@ -184,5 +184,5 @@ _pairs = read_once(load_pairs)
 
 VARIANT = TaskVariant(
     builds_on=CausalLM,
-    build=lambda family_task, model_cls: on_top_of(family_task, DirectPreference)(),
+    build=lambda family_task, family: on_top_of(family_task, DirectPreference)(),
     rank=2)

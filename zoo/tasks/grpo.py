@@ -1,6 +1,6 @@
 """Group relative policy optimisation (`task=grpo`; Shao et al., 2024) of any causal-LM family,
 full tune or LoRA, from rewards the run names (zoo/data/rewards.py). Each step's batch is a
-rollout (zoo/data/grpo_batches.py): G completions per prompt sampled from the policy as it
+rollout (zoo/tasks/grpo_batches.py): G completions per prompt sampled from the policy as it
 is, on the run's devices (core/sampler), scored on the host, advantages relative to each
 group. The step's loss is the clipped policy loss over the completion tokens
 (zoo/tasks/grpo_objective.py, TRL's), the log-probs of logits / temperature as the sampler
@@ -26,19 +26,21 @@ import torch
 import torch.nn.functional as F
 
 from core import lora, topology
-from core.data import DataError, check_vocab, load_tokenizer
+from core.config import read_saved_config
+from core.data import check_vocab, load_tokenizer
 from core.errors import UserError
+from core.json_file import DamagedFile
 from core.mesh import resolve_axis_sizes
 from core.sampler import Sampler, SamplerShape
 from core.sampler.footprint import cache_bytes_per_device
 from core.sampler.params import DEFAULT_BUCKETS
 from core.task import Placed, Task
-from zoo.data.grpo_batches import GRPOBatches
 from zoo.data.grpo_data import GRPODataConfig, check_lengths, encode_prompts, load_prompts
 from zoo.data.rewards import load_rewards
 from zoo.data.sft_data import read_once, recorded
 from zoo.tasks import grpo_objective
 from zoo.tasks.causal_lm import CausalLM, LMTrainConfig, with_token_ids
+from zoo.tasks.grpo_batches import GRPOBatches
 from zoo.tasks.grpo_objective import GRPOConfig, policy_loss
 from zoo.tasks.variant import TaskVariant, on_top_of
 
@@ -58,7 +60,8 @@ class GroupRelative(CausalLM):
     sample_prompt = 'Repeat the word "zoo".'
     chat = True
 
-    def __init__(self):
+    def __init__(self, family):
+        self.family = family  # the run's (zoo.registry.ModelFamily): its cache, its FLOPs
         self.reference: torch.nn.Module | None = None  # None: the model, adapters off
         self.config = GRPOConfig()
         self.forward_flops = 0.0  # forward FLOPs per token, once started
@@ -76,10 +79,6 @@ class GroupRelative(CausalLM):
             raise UserError(f"checkpoint_every {config.checkpoint_every} is not a multiple of "
                             f"grpo.num_iterations ({grpo.num_iterations}): a run resumes at "
                             "the start of a rollout")
-        positions = getattr(config.model, "max_position_embeddings", None)
-        if positions and grpo.max_new_tokens >= positions:
-            raise UserError(f"grpo.max_new_tokens {grpo.max_new_tokens} passes the model's "
-                            f"{positions} positions (a prompt needs one at least)")
         room = prompt_room(config)
         prompts = _prompts(config.data, config.seq_len)
         tokenizer = load_tokenizer(config.data.tokenizer)
@@ -133,7 +132,7 @@ class GroupRelative(CausalLM):
         topo = topology.parse(config.tpu)
         mesh_sizes = resolve_axis_sizes(config.mesh, topo.devices)
         bf16 = config.runs_in_bf16(topo)
-        cache = cache_bytes_per_device(cache_layout_of(config), rollout_shape(config, mesh_sizes),
+        cache = cache_bytes_per_device(self.cache_layout(config), rollout_shape(config, mesh_sizes),
                                        2 if bf16 else 4, mesh_sizes)
         entries = [Placed(f"sampler KV cache ({'bf16' if bf16 else 'fp32'})", cache,
                           in_step=False, advice=CACHE_ADVICE)]
@@ -142,19 +141,25 @@ class GroupRelative(CausalLM):
                                   sum(p.shard_bytes for p in params)))
         return entries
 
+    def cache_layout(self, config: GRPOTrainConfig) -> list:
+        """The family's KV-cache layout for the run's model; a family without a device
+        sampler is refused (its rollouts could not be sampled)."""
+        if self.family.cache_layout is None:
+            raise UserError(f"{self.family.name} has no device sampler (model.cache_layout), "
+                            "which task=grpo's rollouts need")
+        return self.family.cache_layout(config.model)
+
     def started(self, engine) -> None:
         """The rollouts sample from the placed model on the run's backend and mesh, in the
         run's precision: one row per completion (rounded up to the mesh's batch split), a
         cache of seq_len columns per row. On xla a rollout compiles one prefill per prompt
         bucket it meets and one decode step, once for the whole run."""
-        from zoo.registry import resolve_name  # the families
-
         config = engine.config
-        sampler = Sampler(engine.model, cache_layout_of(config),
+        sampler = Sampler(engine.model, self.cache_layout(config),
                           shape=rollout_shape(config, engine.mesh_sizes),
                           backend=engine.backend, mesh=engine.mesh, bf16=engine.bf16)
         # per token: the rollout's MFU
-        self.forward_flops = resolve_name(config.model_name)[0].forward_flops(config)
+        self.forward_flops = self.family.forward_flops(config)
 
         def generate(prompts, params, sample_ids, decode, pad_id):
             return sampler.generate(prompts, params, sample_ids=sample_ids, decode=decode,
@@ -222,18 +227,6 @@ CACHE_ADVICE = ("the sampler's KV cache holds global_batch_size rows (every comp
                 "more chips")
 
 
-def cache_layout_of(config: GRPOTrainConfig) -> list:
-    """The family's KV-cache layout for the run's model; a family without a device sampler
-    is refused (its rollouts could not be sampled)."""
-    from zoo.registry import resolve_name  # the families
-
-    family = resolve_name(config.model_name)[0]
-    if family.cache_layout is None:
-        raise UserError(f"{family.name} has no device sampler (model.cache_layout), "
-                        "which task=grpo's rollouts need")
-    return family.cache_layout(config.model)
-
-
 def rollout_shape(config: GRPOTrainConfig, mesh_sizes: dict[str, int]) -> SamplerShape:
     """The rollout's sampler shape: one row per completion of the step (global_batch_size,
     rounded up to the mesh's batch split), prompts bucketed up to seq_len less the new
@@ -245,8 +238,14 @@ def rollout_shape(config: GRPOTrainConfig, mesh_sizes: dict[str, int]) -> Sample
 
 
 def prompt_room(config: GRPOTrainConfig) -> int:
-    """The longest prompt a row holds: seq_len less the new tokens (at least one)."""
-    room = config.seq_len - config.grpo.max_new_tokens
+    """The longest prompt a row holds: seq_len less the new tokens (at least one, and
+    within the model's positions)."""
+    new_tokens = config.grpo.max_new_tokens
+    positions = getattr(config.model, "max_position_embeddings", None)
+    if positions and new_tokens >= positions:
+        raise UserError(f"grpo.max_new_tokens {new_tokens} passes the model's {positions} "
+                        "positions (a prompt needs one at least)")
+    room = config.seq_len - new_tokens
     if room < 1:
         raise UserError(f"grpo.max_new_tokens {config.grpo.max_new_tokens} leaves no room for "
                         f"a prompt in seq_len {config.seq_len}; raise seq_len or lower it")
@@ -254,21 +253,21 @@ def prompt_room(config: GRPOTrainConfig) -> int:
 
 
 def tuned_on_chats(init_from: str | None) -> bool:
-    """Whether the starting point is a zoo run tuned on chats (its text prompts are then asked
-    as a user turn of its template, as `zoo generate` asks it); a Hugging Face folder or a
-    random start: no."""
+    """Whether the starting point is a zoo run tuned on chats, whose saved config records
+    `data.row_format: chat` (as SFT, DPO and GRPO record their rows): its text prompts are
+    then asked as a user turn of its template, as `zoo generate` asks it. A Hugging Face
+    folder or a random start: no."""
     if not init_from:
         return False
-    from zoo.app import generate, saved_run  # the CLI's: families, transformers
-
     try:
-        run, _ = saved_run.load_run(init_from)
-    except (UserError, DataError):
-        return False  # not a zoo run
-    return generate.tuned_on_chats(run, init_from)
+        (_, keys), _ = read_saved_config(init_from)
+    except (UserError, DamagedFile):  # not a zoo run (a damaged one is refused at its weights)
+        return False
+    data = keys.get("data")
+    return isinstance(data, dict) and data.get("row_format") == "chat"
 
 
 VARIANT = TaskVariant(
     builds_on=CausalLM,
-    build=lambda family_task, model_cls: on_top_of(family_task, GroupRelative)(),
+    build=lambda family_task, family: on_top_of(family_task, GroupRelative)(family),
     rank=3)

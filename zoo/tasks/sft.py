@@ -71,5 +71,6 @@ class SupervisedFineTuning(CausalLM):
 
 VARIANT = TaskVariant(
     builds_on=CausalLM,
-    build=lambda family_task, model_cls: on_top_of(family_task, SupervisedFineTuning)(model_cls),
+    build=lambda family_task, family: on_top_of(family_task, SupervisedFineTuning)(
+        family.model_cls),
     rank=1)

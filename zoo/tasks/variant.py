@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from core.task import Task
 
@@ -18,8 +18,9 @@ T = TypeVar("T", bound=Task)
 @dataclasses.dataclass(frozen=True)
 class TaskVariant:
     builds_on: type[Task]  # the family tasks it applies to (a CausalLM: every causal LM)
-    # (the family's own task, its model class) -> the task, whose `name` is the variant's
-    build: Callable[[Task, type], Task]
+    # (the family's own task, the family: a zoo.registry.ModelFamily, on a floor above this
+    # one, with its model class, FLOPs, KV-cache layout) -> the task, named as the variant
+    build: Callable[[Task, Any], Task]
     # its place among a family's tasks where they are listed (an unknown task=NAME's error):
     # lower first, then by name
     rank: int = 100
