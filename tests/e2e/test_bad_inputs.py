@@ -313,7 +313,7 @@ CASES = [
     (["generate", "{d}/run", "--prompts", "{d}/missing.jsonl"], "missing.jsonl: no such file"),
     (["generate", "{d}/run", "--prompts", "{d}/prompts_none.jsonl"], "holds no prompt"),
     (["generate", "{d}/run", "--prompts", "{d}/prompts_text.jsonl"], "line 2 has no prompt"),
-    (["generate", "{d}/run", "--prompts", "{d}/prompts_latin1.jsonl"], "is not UTF-8 text"),
+    (["generate", "{d}/run", "--prompts", "{d}/prompts_latin1.jsonl"], "not UTF-8 text"),
     (["generate", "{d}/run", "--prompt", "hi", "--top-p", "0"],
      "'--top-p': 0.0 is not in the range 0<x<=1."),
     (["generate", "{d}/run", "--prompt", "hi", "--stop", ""], "--stop '' is empty"),
