@@ -229,15 +229,9 @@ class Generated:
 
 
 def read_prompts(path: str) -> list[str]:
-    """The prompts of a JSON-lines file: each line a JSON string or {"prompt": TEXT}."""
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise UserError(f"--prompts {path}: no such file") from None
-    except UnicodeDecodeError:
-        raise UserError(f"--prompts {path} is not UTF-8 text; give JSON lines") from None
-    except OSError as error:
-        raise UserError(f"--prompts {path}: {error.strerror}") from None
+    """The prompts of a JSON-lines file: each line a JSON string or {"prompt": TEXT}. The
+    file is the CLI's checked path (tools/options.py PathArg: there, readable, UTF-8)."""
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
     prompts = []
     for number, line in enumerate(lines, 1):
         if not line.strip():
