@@ -47,6 +47,11 @@ Extension points (override in a subclass; the defaults are marked):
                                   plans (`zoo plan`, `--compile`) and `zoo train`'s fit check
                                   add it, and a plan that does not fit says its advice (what
                                   shrinks it); default: nothing
+  sampling(config, mesh_sizes)    -> Sampling(layout, shape, params) or None (default): what
+                                  the task samples with on the run's devices between steps
+                                  (GRPO's rollouts: the family's cache layout, the rollout's
+                                  SamplerShape, its SamplingParams), so `zoo plan --compile`
+                                  compiles that sampler's decode step beside the train step
 """
 
 from __future__ import annotations
@@ -93,6 +98,15 @@ class Placed:
     advice: str = ""
 
 
+@dataclasses.dataclass(frozen=True)
+class Sampling:
+    """A sampler a task runs on the run's devices (core/sampler): what fixes its graphs."""
+
+    layout: list  # core.sampler.cache.LayerLayout, one per attention call
+    shape: Any  # core.sampler.SamplerShape
+    params: Any  # core.sampler.SamplingParams
+
+
 class Task:
     name = ""
     config_cls: type
@@ -137,6 +151,9 @@ class Task:
 
     def placed(self, config: RunConfig, params: list[ParamPlan]) -> list[Placed]:
         return []
+
+    def sampling(self, config: RunConfig, mesh_sizes: dict[str, int]) -> Sampling | None:
+        return None
 
     # engine: a core.engine.Engine, Any as that module imports this one
     def started(self, engine: Any) -> None:

@@ -440,3 +440,18 @@ def _array_bytes(shape_text: str) -> int:
             count *= int(dim)
         total += count * ELEMENT_BYTES[dtype]
     return total
+
+
+_ENTRY_PARAMETER = re.compile(r"^\s*%?[\w.\-]+ = (.+?) parameter\((\d+)\)")
+
+
+def entry_parameter_bytes(compiled_text: str) -> dict[int, int]:
+    """Entry parameter number -> its bytes on one chip, from a compiled (partitioned)
+    program's text, whose entry parameters have their shards' shapes."""
+    entry = _ENTRY.search(compiled_text).group(1)
+    sizes = {}
+    for line in _computations(compiled_text)[entry]:
+        match = _ENTRY_PARAMETER.match(line)
+        if match:
+            sizes[int(match.group(2))] = _array_bytes(match.group(1))
+    return sizes

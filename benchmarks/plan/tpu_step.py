@@ -1,7 +1,9 @@
 """`zoo plan --compile`: the exact train step `zoo train` would run on a slice (model,
 loss, backward, clipping, optimizer, schedule, grad accumulation; the same sharding and
 remat presets and precision), traced on as many virtual devices as the slice has with
-placeholders instead of tensors, then compiled by libtpu for the slice's topology."""
+placeholders instead of tensors, then compiled by libtpu for the slice's topology; for a
+task that samples between steps (GRPO's rollouts), its sampler's decode step too
+(benchmarks/plan/decode_step.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from benchmarks.plan.analytic import Plan, describe, fit_advice, make_plan
+from benchmarks.plan.decode_step import CompiledDecode, compile_decode
 from benchmarks.plan.step_model import StepModel, project
 from benchmarks.plan.tpu_compile import CompiledStep, compile_hlo, compile_target, tpu_devices
 from core import backends, runtime, topology
@@ -193,10 +196,16 @@ class CompiledPlan:
     trace_seconds: float
     target: dict  # the compiler's topology arguments
     unplanned_input_bytes: int = 0  # step inputs that are not placeholders (unsharded)
+    # the task's sampler's decode step (Task.sampling), compiled for the same slice
+    decode: CompiledDecode | None = None
 
     @property
     def hbm_bytes(self) -> int:
         return self.analytic.hbm_bytes
+
+    @property
+    def rollout_compiled(self) -> bool:
+        return self.decode is not None and isinstance(self.decode.compiled, CompiledStep)
 
     @property
     def beside_step_bytes(self) -> float:
@@ -205,16 +214,31 @@ class CompiledPlan:
         return sum(entry.bytes for entry in self.analytic.placed if not entry.in_step)
 
     @property
+    def rollout_bytes(self) -> float:
+        """Per chip while the task samples: the persistent state (the update step's
+        arguments: parameters, optimizer state, what the task places for the step) and the
+        decode step's whole program (the weights as the sampler reads them, the KV cache,
+        its state and temporaries). Call only when both compiled."""
+        return self.compiled.argument_bytes + self.decode.compiled.total_bytes
+
+    @property
     def total_bytes(self) -> float:
-        """The compiled step's per-chip total and what the task holds beside it."""
+        """The peak per chip. With the decode step compiled: the larger of the update
+        step's total and the rollout's (`rollout_bytes`), the two programs never running
+        at once; else the compiled step's total and, on top, what the task holds beside it
+        (analytic)."""
+        if self.rollout_compiled:
+            return max(self.compiled.total_bytes, self.rollout_bytes)
         return self.compiled.total_bytes + self.beside_step_bytes
 
     @property
     def fits(self) -> bool:
-        """The compiler decides: it refused the program, or its per-chip total (arguments
-        included, which its own check leaves out; with what the task holds beside the step)
+        """The compiler decides: it refused a program (the step, or the task's decode
+        step), or the per-chip peak (arguments included, which its own check leaves out)
         exceeds the chip's HBM."""
-        return isinstance(self.compiled, CompiledStep) and self.total_bytes <= self.hbm_bytes
+        refused = self.decode is not None and not self.rollout_compiled
+        return (isinstance(self.compiled, CompiledStep) and not refused
+                and self.total_bytes <= self.hbm_bytes)
 
     def step_model(self) -> StepModel:
         """The projected step of the compiled program (call only when it compiled)."""
@@ -241,6 +265,8 @@ class CompiledPlan:
             "unplanned_input_bytes": self.unplanned_input_bytes,
             "beside_model": [dataclasses.asdict(entry) for entry in plan.placed],
         }
+        if self.decode is not None:
+            record["decode_step"] = self.decode.record(topo, self.beside_step_bytes)
         analytic_hbm = {**plan.terms, "total": plan.total}
         model_flops = plan.flops_per_step / topo.chips
         flops = {"analytic_executed": self.executed_flops_per_chip,
@@ -261,7 +287,15 @@ class CompiledPlan:
                 "compiled": {"arguments": step.argument_bytes, "outputs": step.output_bytes,
                              "aliased": step.alias_bytes, "temporaries": step.temp_bytes,
                              "generated_code": step.code_bytes,
-                             "beside_step": self.beside_step_bytes, "total": self.total_bytes},
+                             "beside_step": self.beside_step_bytes,
+                             **({"rollout": self.rollout_bytes} if self.rollout_compiled
+                                else {}),
+                             "total": self.total_bytes,
+                             "total_is": ("peak: persistent state + the larger of the update's "
+                                          "transients and the decode step"
+                                          if self.rollout_compiled else
+                                          "the step's total + what the task holds beside "
+                                          "it (analytic)")},
                 "analytic": analytic_hbm,
                 "compiled_over_analytic": self.total_bytes / plan.total,
             },
@@ -298,8 +332,10 @@ def compile_plan(run: Run, target_mfu: float = 0.5,
     traced = time.perf_counter() - start
     cfg = run.built_config
     executed = executed_flops_per_step(run, cfg, attention == "flash")
+    sampling = run.task.sampling(cfg, run.mesh)
     return CompiledPlan(analytic, compile_hlo(text, topo), attention, executed / topo.chips,
-                        traced, compile_target(topo), unplanned)
+                        traced, compile_target(topo), unplanned,
+                        compile_decode(run, sampling) if sampling else None)
 
 
 def persistent_bytes(plan: Plan) -> float:
@@ -335,6 +371,7 @@ def describe_compiled(plan: CompiledPlan, analytic: bool = True) -> str:
             "(analytic)",
             "  largest allocations: " + "; ".join(step.largest),
             *([fit_advice(plan.analytic)] if plan.analytic.fits else []),
+            *_rollout_lines(plan),
         ])
     persistent, beside = persistent_bytes(plan.analytic), plan.beside_step_bytes
     rows = [
@@ -344,9 +381,13 @@ def describe_compiled(plan: CompiledPlan, analytic: bool = True) -> str:
          format_bytes(plan.analytic.total - persistent - beside),
          format_bytes(step.temp_bytes + step.output_bytes - step.alias_bytes)),
         ("generated code", "-", format_bytes(step.code_bytes)),
-        *((entry.name + " (beside the step: analytic)", format_bytes(entry.bytes),
-           format_bytes(entry.bytes)) for entry in plan.analytic.placed if not entry.in_step),
-        ("total HBM", format_bytes(plan.analytic.total), format_bytes(plan.total_bytes)),
+        *((entry.name + (" (the decode step's)" if plan.rollout_compiled
+                         else " (beside the step: analytic)"), format_bytes(entry.bytes),
+           format_bytes(plan.decode.cache_bytes if plan.rollout_compiled else entry.bytes))
+          for entry in plan.analytic.placed if not entry.in_step),
+        ("total HBM" + (" (compiled: the peak, update or rollout)" if plan.rollout_compiled
+                        else ""),
+         format_bytes(plan.analytic.total), format_bytes(plan.total_bytes)),
         ("matmul FLOPs per step (as executed)", f"{flops['analytic_executed']:.3e}",
          f"{flops['compiled_matmul']:.3e}"),
     ]
@@ -361,6 +402,7 @@ def describe_compiled(plan: CompiledPlan, analytic: bool = True) -> str:
     ]
     if abs(hbm["compiled_over_analytic"] - 1) > 0.15:
         lines.append("  why they differ: " + hbm_difference_note(plan))
+    lines += _rollout_lines(plan)
     trips = "/".join(map(str, sorted(set(step.loop_trips) - {1})))
     lines += [
         f"matmul FLOPs per chip: compiled / analytic as executed = "
@@ -398,6 +440,58 @@ def describe_compiled(plan: CompiledPlan, analytic: bool = True) -> str:
     if not plan.fits and plan.analytic.fits:
         lines.append(fit_advice(plan.analytic))
     return "\n".join(lines)
+
+
+def _rollout_lines(plan: CompiledPlan) -> list[str]:
+    """The task's decode step as compiled (none when the task does not sample): its HBM
+    split into what a rollout holds, the peak it makes with the persistent state, and its
+    FLOPs and the compiler's time per token."""
+    decode = plan.decode
+    if decode is None:
+        return []
+    step, topo = decode.compiled, plan.analytic.topology
+    heading = (f"rollout: the task's sampler's decode step ({decode.rows} rows x "
+               f"{decode.slots} cache slots, {decode.new_tokens} new tokens), compiled in "
+               f"{step.compile_seconds:.1f} s (traced in {decode.trace_seconds:.1f} s)")
+    advice = [entry.advice for entry in plan.analytic.placed if entry.advice
+              and not entry.in_step]
+    if isinstance(step, OutOfMemory):
+        return [heading,
+                f"the decode step does NOT fit, by the compiler's numbers: it needs at least "
+                f"{format_bytes(step.program_bytes)} of the {format_bytes(step.usable_bytes)} "
+                "HBM the compiler may use per chip",
+                "  largest allocations: " + "; ".join(step.largest), *advice]
+    cache = next((entry for entry in plan.analytic.placed if not entry.in_step), None)
+    rows = [
+        ("weights as the sampler reads them", format_bytes(decode.weight_bytes)),
+        ((cache.name if cache else "KV cache")
+         + (f" (analytic {format_bytes(cache.bytes)})" if cache else ""),
+         format_bytes(decode.cache_bytes)),
+        ("decode state, sampling inputs",
+         format_bytes(step.argument_bytes - decode.weight_bytes - decode.cache_bytes)),
+        ("temporaries, outputs, generated code",
+         format_bytes(step.total_bytes - step.argument_bytes)),
+        ("decode step total", format_bytes(step.total_bytes)),
+    ]
+    seconds, source = decode.step_seconds(topo)
+    lines = [heading, format_table(("per chip", "compiled"), rows)]
+    if isinstance(plan.compiled, CompiledStep):
+        update = plan.compiled
+        lines.append(
+            f"peak HBM per chip: persistent state (the update step's arguments, "
+            f"{format_bytes(update.argument_bytes)}) + the larger of the update's transients "
+            f"({format_bytes(update.total_bytes - update.argument_bytes)}) and the decode step "
+            f"({format_bytes(step.total_bytes)}) = {format_bytes(plan.total_bytes)}: the two "
+            "programs never run at once (the analytic plan sums them all: a bound)")
+    lines.append(
+        f"decode step: matmul FLOPs per chip {step.matmul_flops:.3e} (cost analysis "
+        f"{step.flops:.3e}); compiler's estimate, not a measurement: {_seconds(seconds)} a "
+        f"step ({source}), {decode.rows / seconds:,.0f} tokens/s on the slice, "
+        f"{_seconds(seconds * decode.new_tokens)} for a rollout's {decode.new_tokens} "
+        "steps (its prefills are not compiled here)")
+    if not plan.fits and plan.total_bytes == plan.rollout_bytes:
+        lines += advice
+    return lines
 
 
 def _seconds(value: float) -> str:

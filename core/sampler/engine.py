@@ -64,6 +64,18 @@ class DecodeState:
     logprobs: torch.Tensor  # [rows, slots] fp32
 
 
+@dataclasses.dataclass
+class TracedDecode:
+    """One decode step built and not run (`Sampler.trace_decode`): what it reads (the cache
+    and a state as the prefill leaves it) and its new state. On XLA they are lazy tensors
+    whose graph is the decode step `generate` compiles once and runs every token; the
+    cache's streams and the state's tokens and log-probs are updated in place."""
+
+    cache: GenerationCache
+    before: DecodeState
+    after: DecodeState
+
+
 @dataclasses.dataclass(frozen=True)
 class _Draw:
     """What a step samples with: Python choices that pick the graph, tensors that do not."""
@@ -87,12 +99,15 @@ class Sampler:
     (`backend.autocast`); log-probs are computed in fp32 either way."""
 
     def __init__(self, model: nn.Module, layout: list[LayerLayout], *, shape: SamplerShape,
-                 backend=None, mesh=None, bf16: bool = False):
+                 backend=None, mesh=None, bf16: bool = False, placement=None):
+        """`placement`: where tensors are made, when neither the backend's nor the model's
+        device (core/sampler/placement.py `Traced`: placeholders, for `trace_decode`)."""
         self.model, self.layout, self.shape, self.bf16 = model, layout, shape, bf16
         first = next(model.parameters())
         self.device = first.device
         self.dtype = torch.bfloat16 if bf16 else first.dtype
-        self.place = OnDevice(self.device) if backend is None else OnBackend(backend, mesh)
+        self.place = placement or (OnDevice(self.device) if backend is None
+                                   else OnBackend(backend, mesh))
         self._compiles_at_start = self.place.compile_stats()
 
     @property
@@ -152,51 +167,95 @@ class Sampler:
         a prefill at their bucket and decode steps until every row is done. Every input is
         made on the host and sent; each step is one `sync`, after which the host reads only
         device data (on XLA nothing compiles but the prefill and the step)."""
-        rows, slots, place = self.shape.rows, self.shape.slots, self.place
+        rows, place = self.shape.rows, self.place
         bucket = self.shape.bucket(max(map(len, prompts)))
         ids = torch.full((rows, bucket), pad_id, dtype=torch.long)
         for row, prompt in enumerate(prompts):
             ids[row, :len(prompt)] = torch.tensor(prompt)
         lengths = torch.tensor([len(p) for p in prompts] + [1] * (rows - len(prompts)))
         padding = torch.arange(rows) >= len(prompts)
-        draw = _Draw(params.greedy, params.top_k, params.top_p,
+        draw = self._draw(params, sample_ids)
+        started = time.perf_counter()
+        with self._cache() as cache:
+            # the first new column twice, as two buffers: one the step moves (cur), one
+            # it keeps (start). Were they one, the first step's graph would take one input
+            # where the next steps take two: a second compile
+            state = place.run(self._prefill, cache, place.rows(ids), place.rows(lengths),
+                              place.rows(lengths), place.rows(padding),
+                              place.rows(lengths + params.max_new_tokens), draw)
+            place.sync()
+            all_done = bool(place.host(state.done).all())
+            timings.prefill_s += time.perf_counter() - started
+            started = time.perf_counter()
+            matcher = (StopMatcher(params.stop_strings, decode) if params.stop_strings
+                       else None)
+            stopped_at: dict[int, int] = {}
+            no_hits = self._no_hits()
+            hits = no_hits
+            steps = 0
+            while not all_done:
+                for _ in range(max(1, min(params.check_every,
+                                          params.max_new_tokens - 1 - steps))):
+                    state = place.run(self._decode, cache, state, hits, draw)
+                    place.sync()
+                    hits, steps = no_hits, steps + 1
+                all_done = bool(place.host(state.done).all())
+                if matcher is not None:  # a row it ends is done by the next step
+                    hits = self._stop_strings(matcher, state, len(prompts), stopped_at)
+            timings.decode_s += time.perf_counter() - started
+        return self._rows(state, len(prompts), stopped_at, draw)
+
+    def trace_decode(self, params: SamplingParams) -> TracedDecode:
+        """One decode step of a `generate` with `params`, built as `generate` builds it (the
+        same cache, draw and step) but not run: its inputs are made by this sampler's
+        placement, a state of the shapes and types the prefill leaves. With a tracing
+        placement (placeholders) nothing is allocated, and the caller takes the step's
+        graph (the plans compile it for a slice)."""
+        draw = self._draw(params, [])
+        with self._generating(), self._cache() as cache:
+            before = self._prefilled_state()
+            after = self.place.run(self._decode, cache, before, self._no_hits(), draw)
+        return TracedDecode(cache, before, after)
+
+    def _draw(self, params: SamplingParams, sample_ids: list[int]) -> _Draw:
+        """The call's sampling inputs; rows past `sample_ids` (padding) draw with id 0."""
+        rows, place = self.shape.rows, self.place
+        return _Draw(params.greedy, params.top_k, params.top_p,
                      torch.tensor(params.temperature or 1.0).to(self.device),
                      torch.tensor(params.seed, dtype=torch.int32).to(self.device),
-                     place.rows(torch.tensor(sample_ids + [0] * (rows - len(prompts)),
+                     place.rows(torch.tensor(sample_ids + [0] * (rows - len(sample_ids)),
                                              dtype=torch.int32)),
                      torch.tensor(params.stop_token_ids, dtype=torch.int32).to(self.device))
-        started = time.perf_counter()
-        # per call: on XLA the weights' casts then join each prefill's graph, whichever runs
-        with place.autocast(self.model, self.bf16):
-            cache = GenerationCache(self.layout, rows, slots, self.dtype, place)
+
+    @contextlib.contextmanager
+    def _cache(self):
+        """A call's cache, bound to the model, in the call's precision: per call, so on XLA
+        the weights' casts join each prefill's graph, whichever runs, and the decode step
+        reads the cast weights."""
+        with self.place.autocast(self.model, self.bf16):
+            cache = GenerationCache(self.layout, self.shape.rows, self.shape.slots,
+                                    self.dtype, self.place)
             with cache.bind(self.model):
-                # the first new column twice, as two buffers: one the step moves (cur), one
-                # it keeps (start). Were they one, the first step's graph would take one input
-                # where the next steps take two: a second compile
-                state = place.run(self._prefill, cache, place.rows(ids), place.rows(lengths),
-                                  place.rows(lengths), place.rows(padding),
-                                  place.rows(lengths + params.max_new_tokens), draw)
-                place.sync()
-                all_done = bool(place.host(state.done).all())
-                timings.prefill_s += time.perf_counter() - started
-                started = time.perf_counter()
-                matcher = (StopMatcher(params.stop_strings, decode) if params.stop_strings
-                           else None)
-                stopped_at: dict[int, int] = {}
-                no_hits = place.zeros((rows,), torch.bool, ("batch",))
-                hits = no_hits
-                steps = 0
-                while not all_done:
-                    for _ in range(max(1, min(params.check_every,
-                                              params.max_new_tokens - 1 - steps))):
-                        state = place.run(self._decode, cache, state, hits, draw)
-                        place.sync()
-                        hits, steps = no_hits, steps + 1
-                    all_done = bool(place.host(state.done).all())
-                    if matcher is not None:  # a row it ends is done by the next step
-                        hits = self._stop_strings(matcher, state, len(prompts), stopped_at)
-                timings.decode_s += time.perf_counter() - started
-        return self._rows(state, len(prompts), stopped_at, draw)
+                yield cache
+
+    def _no_hits(self) -> torch.Tensor:
+        """[rows] bool: no row ended by a stop string (what most steps are handed)."""
+        return self.place.zeros((self.shape.rows,), torch.bool, ("batch",))
+
+    def _new_columns(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The state's [rows, slots] new tokens (int32) and their log-probs (fp32), zeros."""
+        shape, spec = (self.shape.rows, self.shape.slots), ("batch", None)  # every process's
+        return (self.place.zeros(shape, torch.int32, spec),
+                self.place.zeros(shape, torch.float32, spec))
+
+    def _prefilled_state(self) -> DecodeState:
+        """A state of the shapes and types `_prefill` returns (positions and limits int64
+        as the host's lengths, tokens int32 as `choose` gives them), made by the placement."""
+        def per_row(dtype):
+            return self.place.rows(torch.zeros(self.shape.rows, dtype=dtype))
+
+        return DecodeState(per_row(torch.long), per_row(torch.int32), per_row(torch.long),
+                           per_row(torch.long), per_row(torch.bool), *self._new_columns())
 
     def _prefill(self, cache, ids, lengths, start, padding, limit, draw) -> DecodeState:
         """The prompts' forward (writing their keys and values) and each row's first token,
@@ -208,9 +267,7 @@ class Sampler:
         token, logprob = choose(logits, greedy=draw.greedy, temperature=draw.temperature,
                                 top_k=draw.top_k, top_p=draw.top_p, seed=draw.seed,
                                 sample_ids=draw.sample_ids, index=torch.zeros_like(lengths))
-        rows, slots = self.shape.rows, self.shape.slots  # every process's rows
-        tokens = self.place.zeros((rows, slots), torch.int32, ("batch", None))
-        logprobs = self.place.zeros((rows, slots), torch.float32, ("batch", None))
+        tokens, logprobs = self._new_columns()
         tokens.index_put_((cache.row_index, lengths), token)
         logprobs.index_put_((cache.row_index, lengths), logprob)
         done = padding | _stops(token, draw.stop_ids) | (lengths + 1 >= limit)

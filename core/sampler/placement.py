@@ -1,6 +1,7 @@
 """Where a sampler's tensors live: on a backend's devices, split by row as its activations
 are (`OnBackend`), or on the model's one device (`OnDevice`, backend=None: eager, what the
-unit tests and one dtensor process use). The engine and the cache ask only these questions."""
+unit tests and one dtensor process use), or nowhere (`Traced`: placeholders for a step the
+plans compile and never run). The engine and the cache ask only these questions."""
 
 from __future__ import annotations
 
@@ -65,3 +66,32 @@ class OnBackend:
 
     def autocast(self, model: torch.nn.Module, bf16: bool) -> contextlib.AbstractContextManager:
         return self.backend.autocast(model, bf16)
+
+
+class Traced(OnBackend):
+    """A backend's placement for a step that is traced and never run (the plans compile it
+    for a slice): every buffer is `make(shape, dtype, spec)`'s (placeholders, no memory
+    behind them), a stream's `spec` as `zeros` is given it and the rows' tensors split as
+    `rows_spec(shape)` says the backend's `place_rows` splits them. Nothing syncs; nothing
+    can be read back."""
+
+    def __init__(self, backend, mesh, make: Callable[..., torch.Tensor],
+                 rows_spec: Callable[[tuple[int, ...]], tuple]):
+        super().__init__(backend, mesh)
+        self.make, self.rows_spec = make, rows_spec
+
+    def zeros(self, shape: tuple[int, ...], dtype: torch.dtype, spec: tuple) -> torch.Tensor:
+        return self.make(shape, dtype, spec)
+
+    def rows(self, tensor: torch.Tensor) -> torch.Tensor:
+        shape = tuple(tensor.shape)
+        return self.make(shape, tensor.dtype, self.rows_spec(shape))
+
+    def host(self, tensor: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("a traced step never runs: it has no values to read")
+
+    def sync(self) -> None:
+        return None
+
+    def compile_stats(self) -> tuple[int, float]:
+        return 0, 0.0

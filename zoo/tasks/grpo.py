@@ -34,7 +34,7 @@ from core.mesh import resolve_axis_sizes
 from core.sampler import Sampler, SamplerShape
 from core.sampler.footprint import cache_bytes_per_device
 from core.sampler.params import DEFAULT_BUCKETS
-from core.task import Placed, Task
+from core.task import Placed, Sampling, Task
 from zoo.data.grpo_data import GRPODataConfig, check_lengths, encode_prompts, load_prompts
 from zoo.data.rewards import load_rewards
 from zoo.data.sft_data import read_once, recorded
@@ -132,14 +132,23 @@ class GroupRelative(CausalLM):
         topo = topology.parse(config.tpu)
         mesh_sizes = resolve_axis_sizes(config.mesh, topo.devices)
         bf16 = config.runs_in_bf16(topo)
-        cache = cache_bytes_per_device(self.cache_layout(config), rollout_shape(config, mesh_sizes),
-                                       2 if bf16 else 4, mesh_sizes)
+        rollout = self.sampling(config, mesh_sizes)
+        cache = cache_bytes_per_device(rollout.layout, rollout.shape, 2 if bf16 else 4,
+                                       mesh_sizes)
         entries = [Placed(f"sampler KV cache ({'bf16' if bf16 else 'fp32'})", cache,
                           in_step=False, advice=CACHE_ADVICE)]
         if config.grpo.beta > 0 and not config.lora.enabled:
             entries.append(Placed("reference model (frozen copy)",
                                   sum(p.shard_bytes for p in params)))
         return entries
+
+    def sampling(self, config: GRPOTrainConfig, mesh_sizes: dict[str, int]) -> Sampling:
+        """The rollout's sampler: the family's cache layout, one row per completion (rounded
+        up to the mesh's batch split) of seq_len slots, GRPO's sampling settings stopping at
+        the tokenizer's EOS (`resolve` wrote its id into the model config)."""
+        eos = getattr(config.model, "eos_token_id", None)
+        return Sampling(self.cache_layout(config), rollout_shape(config, mesh_sizes),
+                        config.grpo.sampling(config.seed, () if eos is None else (eos,)))
 
     def cache_layout(self, config: GRPOTrainConfig) -> list:
         """The family's KV-cache layout for the run's model; a family without a device
@@ -155,8 +164,8 @@ class GroupRelative(CausalLM):
         cache of seq_len columns per row. On xla a rollout compiles one prefill per prompt
         bucket it meets and one decode step, once for the whole run."""
         config = engine.config
-        sampler = Sampler(engine.model, self.cache_layout(config),
-                          shape=rollout_shape(config, engine.mesh_sizes),
+        rollout = self.sampling(config, engine.mesh_sizes)
+        sampler = Sampler(engine.model, rollout.layout, shape=rollout.shape,
                           backend=engine.backend, mesh=engine.mesh, bf16=engine.bf16)
         # per token: the rollout's MFU
         self.forward_flops = self.family.forward_flops(config)

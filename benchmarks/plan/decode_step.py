@@ -1,0 +1,175 @@
+"""`zoo plan --compile` for a task that samples on the run's devices between its steps
+(GRPO's rollouts; core.task.Task.sampling says with what): the sampler's decode step, the one
+graph a rollout runs for every new token, built as `generate` builds it
+(core/sampler `Sampler.trace_decode`) on the slice's virtual devices with placeholders,
+then compiled by libtpu for the slice beside the train step.
+
+What the step reads is what a rollout holds: the weights in the compute dtype (the copies
+the sampler casts once per call; fp32 runs read the masters), the KV cache and the decode
+state, split as the xla backend places them."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import torch
+
+from benchmarks.plan.libtpu_compile import compile_text
+from benchmarks.plan.tpu_compile import (
+    CompiledStep,
+    compiled_step,
+    entry_parameter_bytes,
+    tpu_devices,
+)
+from core import backends
+from core.backends.xla.pallas_tpu import pallas_lowering_for_tpu
+from core.backends.xla.runtime import start
+from core.backends.xla.spmd import build_mesh, divisible_spec, shard_activations
+from core.backends.xla.trace import (
+    Placeholders,
+    hlo_sharding_text,
+    placeholder_model,
+    sharded_hlo_text,
+    tensor_ids,
+)
+from core.inputs import batch_spec
+from core.mesh import axis_sizes
+from core.out_of_memory import OutOfMemory
+from core.remat import apply_remat
+from core.sampler import Sampler
+from core.sampler.placement import Traced
+from core.sharding import plan_params
+from core.task import Sampling
+from core.topology import Topology
+from zoo.app.run import Run
+
+
+@dataclasses.dataclass
+class CompiledDecode:
+    """What libtpu says of one decode step on the slice (per chip), and the rollout it
+    serves: `rows` completions of `slots` cache columns, `new_tokens` steps."""
+
+    compiled: CompiledStep | OutOfMemory
+    rows: int
+    slots: int
+    new_tokens: int
+    # per chip, summed over the compiled program's entry parameters (their shard shapes)
+    weight_bytes: int
+    cache_bytes: int
+    trace_seconds: float
+
+    def step_seconds(self, topo: Topology) -> tuple[float, str]:
+        """The compiler's estimate of one step (an estimate, a floor), and its source."""
+        return self.compiled.roofline_seconds(topo)
+
+    def record(self, topo: Topology, analytic_cache_bytes: float) -> dict:
+        step = self.compiled
+        shape = {"rows": self.rows, "slots": self.slots, "new_tokens": self.new_tokens,
+                 "trace_seconds": self.trace_seconds, "compile_seconds": step.compile_seconds}
+        if isinstance(step, OutOfMemory):
+            return {**shape, "hbm_per_chip": {"refused": True,
+                                              "program_at_least": step.program_bytes,
+                                              "usable": step.usable_bytes,
+                                              "largest_allocations": step.largest}}
+        seconds, source = self.step_seconds(topo)
+        return {
+            **shape,
+            "hbm_per_chip": {
+                "weights": self.weight_bytes, "kv_cache": self.cache_bytes,
+                "kv_cache_analytic": analytic_cache_bytes,
+                "other_arguments": step.argument_bytes - self.weight_bytes - self.cache_bytes,
+                "arguments": step.argument_bytes, "outputs": step.output_bytes,
+                "aliased": step.alias_bytes, "temporaries": step.temp_bytes,
+                "generated_code": step.code_bytes, "total": step.total_bytes},
+            "flops_per_chip": {"compiled_matmul": step.matmul_flops,
+                               "cost_analysis": step.flops},
+            "collectives": step.collectives,
+            "compiler_estimate": {"step_seconds": seconds, "source": source,
+                                  "rollout_decode_seconds": seconds * self.new_tokens,
+                                  "tokens_per_second": self.rows / seconds},
+        }
+
+
+def compile_decode(run: Run, sampling: Sampling) -> CompiledDecode:
+    """Trace the run's decode step for its slice (on the virtual devices the train step's
+    trace started) and compile it with libtpu."""
+    topo = run.topology
+    devices = tpu_devices(topo)
+    began = time.perf_counter()
+    with pallas_lowering_for_tpu(devices[0].client.platform_version):
+        text, weights, cache = trace_decode_hlo(run, sampling)
+    traced = time.perf_counter() - began
+    stats, compiled_text = compile_text(text, devices)
+    step = compiled_step(stats, compiled_text)
+    sizes = entry_parameter_bytes(compiled_text) if compiled_text else {}
+    return CompiledDecode(step, sampling.shape.rows, sampling.shape.slots,
+                          sampling.params.max_new_tokens,
+                          sum(sizes.get(i, 0) for i in weights),
+                          sum(sizes.get(i, 0) for i in cache), traced)
+
+
+def trace_decode_hlo(run: Run, sampling: Sampling) -> tuple[str, list[int], list[int]]:
+    """(HLO text of the run's sharded decode step, the entry parameter numbers of its
+    weights, those of its KV cache). The model is placed as the engine places it (remat,
+    planned sharding, activation rules), as placeholders in the compute dtype; the cache and
+    state as the sampler's `Traced` placement makes them. The cache and the state's columns
+    are updated in place, so their outputs alias their inputs (torch_xla donates them)."""
+    import torch_xla  # torch_xla: the order of the program's entry parameters
+
+    cfg = run.built_config
+    start()
+    mesh = build_mesh(cfg.mesh)
+    sizes = axis_sizes(mesh)
+    holders = Placeholders()
+    made: dict[int, int] = {}  # a tensor object -> its torch_xla id when made (in-place
+    # updates give it a new one)
+
+    def make(shape, dtype, spec):
+        tensor = holders.make(shape, dtype, divisible_spec(spec, shape, sizes))
+        made[id(tensor)] = tensor_ids([tensor])[0]
+        return tensor
+
+    bf16 = cfg.runs_in_bf16(run.topology)
+    model = run.meta_model(cfg.model)
+    apply_remat(model, run.remat)
+    specs = {p.name: p.spec for p in plan_params(model, run.rules, sizes)}
+    cast_parameters(model, torch.bfloat16 if bf16 else torch.float32)
+    placeholder_model(model, specs, holders)
+    shard_activations(model, run.rules, mesh)
+    placement = Traced(backends.get("xla"), mesh, make, lambda shape: batch_spec(shape, sizes))
+    sampler = Sampler(model, sampling.layout, shape=sampling.shape, bf16=bf16,
+                      placement=placement)
+    traced = sampler.trace_decode(sampling.params)
+    streams = [s for layer in traced.cache.layers for s in layer.streams.values()]
+    updated = [*streams, traced.before.tokens, traced.before.logprobs,
+               *traced.cache.ring_positions.values()]
+    after = traced.after
+    outputs = [after.cur, after.last, after.done]
+    shardings: dict = {}
+
+    def sharding(spec):
+        if spec not in shardings:
+            shardings[spec] = hlo_sharding_text(mesh, spec)
+        return shardings[spec]
+
+    ids, _ = torch_xla._XLAC._get_tensors_xla_device_data_node([*outputs, *updated])
+    number = {tensor_id: index for index, tensor_id in enumerate(ids)}
+    cache_ids = [made[id(stream)] for stream in streams]
+    text, _ = sharded_hlo_text(outputs, updated, [made[id(t)] for t in updated], holders,
+                               sharding)
+    weights = [number[i] for i in tensor_ids(list(model.parameters())) if i in number]
+    return text, weights, [number[i] for i in cache_ids if i in number]
+
+
+def cast_parameters(model: torch.nn.Module, dtype: torch.dtype) -> None:
+    """Every floating-point parameter of a meta-device model as `dtype`, in place (tied ones
+    stay tied): the copies the sampler's autocast makes, which its decode step reads."""
+    cast: dict[int, torch.nn.Parameter] = {}
+    for module in model.modules():
+        for name, param in module._parameters.items():
+            if param is not None and param.is_floating_point() and param.dtype != dtype:
+                if id(param) not in cast:
+                    cast[id(param)] = torch.nn.Parameter(param.detach().to(dtype),
+                                                         requires_grad=False)
+                module._parameters[name] = cast[id(param)]
