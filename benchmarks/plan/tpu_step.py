@@ -392,10 +392,13 @@ def describe_compiled(plan: CompiledPlan, analytic: bool = True) -> str:
          f"{flops['compiled_matmul']:.3e}"),
     ]
     verdict = "fits" if plan.fits else "does NOT fit"
+    decode_refused = plan.decode is not None and not plan.rollout_compiled
     lines = [
         *first,
         heading,
         format_table(("per chip", "analytic", "compiled"), rows),
+        "does NOT fit by the compiler's numbers: the compiler refused the rollout's decode "
+        "step (below)" if decode_refused else
         f"{verdict} by the compiler's numbers: {format_bytes(plan.total_bytes)} of "
         f"{format_bytes(plan.hbm_bytes)} HBM per chip "
         f"(compiled / analytic = {hbm['compiled_over_analytic']:.2f})",

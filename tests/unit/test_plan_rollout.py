@@ -56,6 +56,8 @@ def test_a_decode_step_the_compiler_refuses_does_not_fit_and_says_what_shrinks_i
     refused = rollout_plan(OutOfMemory(120 * GIB, 95 * GIB, ["100 GiB bf16[...] kv"], 2.0))
     assert not refused.fits
     text = describe_compiled(refused)
+    assert "does NOT fit by the compiler's numbers: the compiler refused the rollout's " \
+           "decode step" in text
     assert "the decode step does NOT fit, by the compiler's numbers: it needs at least " \
            "120.00 GiB of the 95.00 GiB" in text
     assert CACHE_ADVICE in text
