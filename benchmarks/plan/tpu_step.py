@@ -486,12 +486,18 @@ def _rollout_lines(plan: CompiledPlan) -> list[str]:
             f"({format_bytes(update.total_bytes - update.argument_bytes)}) and the decode step "
             f"({format_bytes(step.total_bytes)}) = {format_bytes(plan.total_bytes)}: the two "
             "programs never run at once (the analytic plan sums them all: a bound)")
-    lines.append(
-        f"decode step: matmul FLOPs per chip {step.matmul_flops:.3e} (cost analysis "
-        f"{step.flops:.3e}); compiler's estimate, not a measurement: {_seconds(seconds)} a "
-        f"step ({source}), {decode.rows / seconds:,.0f} tokens/s on the slice, "
-        f"{_seconds(seconds * decode.new_tokens)} for a rollout's {decode.new_tokens} "
-        "steps (its prefills are not compiled here)")
+    lines += [
+        f"decode step FLOPs per chip: analytic {decode.analytic_flops:.3e} (one token's "
+        f"forward for every row over all {decode.slots} slots), compiled matmuls "
+        f"{step.matmul_flops:.3e}, the compiler's cost analysis {step.flops:.3e}"
+        + ("; with so few rows a chip libtpu computes the weights' matrix-vector products "
+           "as multiplies and reduces, which only the cost analysis counts"
+           if decode.matmuls_uncounted else ""),
+        "  collectives per chip per step: " + _collectives_text(step.collectives),
+        f"  compiler's estimate, not a measurement: {_seconds(seconds)} a step ({source}), "
+        f"{decode.rows / seconds:,.0f} tokens/s on the slice, "
+        f"{_seconds(seconds * decode.new_tokens)} for a rollout's {decode.new_tokens} steps "
+        "(its prefills are not compiled here)"]
     if not plan.fits and plan.total_bytes == plan.rollout_bytes:
         lines += advice
     return lines

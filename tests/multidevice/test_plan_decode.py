@@ -48,5 +48,6 @@ def test_the_decode_step_computes_one_token_for_every_row(record):
     weights = 2 * (LAYERS * per_layer + HIDDEN * VOCAB)
     attention = LAYERS * 2 * 2 * HEADS * HEAD_DIM * SLOTS
     expected = ROWS * (weights + attention) / CHIPS
+    assert record["flops_per_chip"]["analytic"] == pytest.approx(expected, rel=1e-9)
     assert record["flops_per_chip"]["compiled_matmul"] == pytest.approx(expected, rel=0.01)
     assert record["compiler_estimate"]["step_seconds"] > 0
