@@ -23,6 +23,7 @@ from benchmarks.plan.tpu_compile import (
     tpu_devices,
 )
 from core import backends
+from core.backends.xla.entry_parameters import entry_parameter_numbers
 from core.backends.xla.pallas_tpu import pallas_lowering_for_tpu
 from core.backends.xla.runtime import start
 from core.backends.xla.spmd import build_mesh, divisible_spec, shard_activations
@@ -129,8 +130,6 @@ def trace_decode_hlo(run: Run, sampling: Sampling) -> tuple[str, list[int], list
     planned sharding, activation rules), as placeholders in the compute dtype; the cache and
     state as the sampler's `Traced` placement makes them. The cache and the state's columns
     are updated in place, so their outputs alias their inputs (torch_xla donates them)."""
-    import torch_xla  # torch_xla: the order of the program's entry parameters
-
     cfg = run.built_config
     start()
     mesh = build_mesh(cfg.mesh)
@@ -167,8 +166,7 @@ def trace_decode_hlo(run: Run, sampling: Sampling) -> tuple[str, list[int], list
             shardings[spec] = hlo_sharding_text(mesh, spec)
         return shardings[spec]
 
-    ids, _ = torch_xla._XLAC._get_tensors_xla_device_data_node([*outputs, *updated])
-    number = {tensor_id: index for index, tensor_id in enumerate(ids)}
+    number = entry_parameter_numbers([*outputs, *updated])  # as sharded_hlo_text's
     cache_ids = [made[id(stream)] for stream in streams]
     text, _ = sharded_hlo_text(outputs, updated, [made[id(t)] for t in updated], holders,
                                sharding)
