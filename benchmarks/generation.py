@@ -1,0 +1,222 @@
+"""Generation entries of `zoo bench` (a suite entry with `max_new_tokens`, e.g. the `generate`
+suite): prefill and decode tokens/s of the device sampler (core/sampler) on the entry's
+devices, and with `--compare hf` of transformers' `generate` on the host CPU, on the same
+weights, prompts and new tokens.
+
+An entry asks for `global_batch_size` prompts of `seq_len` random ids each (seeded, so every
+process draws the same ones), greedy, and exactly `max_new_tokens` new tokens a prompt: no
+stop id on either side, so no row ends early. The weights are the entry's model initialised
+from its seed on the host; the sampler loads them as `zoo generate` loads a run's, and
+transformers' class loads them as `zoo generate --host` does. One untimed call first (the
+sampler compiles its prefill and its decode step), then `steps` timed calls, each split in two:
+
+- zoo: the sampler's own timings. Prefill: the prompts' forward and each row's first token,
+  waited for; decode: the `max_new_tokens - 1` decode steps after it.
+- hf: one `generate` call whose logits processor notes the time it is first called, right
+  after the prompts' forward. Prefill: the call's start to that moment; decode: that moment
+  to the call's end, the `max_new_tokens - 1` forwards after the first.
+
+Prefill tokens/s = prompt tokens / prefill s; decode tokens/s = the tokens decode steps made
+(prompts x (max_new_tokens - 1)) / decode s. Each record carries a digest of the generated ids:
+equal digests say both sides did the same work, which a ratio needs to mean anything."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+import time
+
+import torch
+
+from benchmarks.suite import Entry
+from core import topology
+from core.errors import UserError
+
+KIND = "generate"  # a record's `kind`: what it measured (training records have none)
+
+
+def prompts(entry: Entry, vocab_size: int) -> list[list[int]]:
+    """The entry's prompts: `global_batch_size` x `seq_len` ids drawn from a fixed seed."""
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, vocab_size, (entry.global_batch_size, entry.seq_len),
+                        generator=generator)
+    return ids.tolist()
+
+
+def host_weights(run) -> dict[str, torch.Tensor]:
+    """The entry's model initialised from its seed on the host, as a run's checkpoint holds it
+    (Hugging Face names): what both sides load."""
+    family, cfg = run.family, run.config
+    if family.cache_layout is None:
+        raise UserError(f"{family.name} has no device sampler (no cache layout): it cannot be "
+                        "a generation entry")
+    return family.build(cfg.model, seed=cfg.seed).state_dict()
+
+
+def measure(entry: Entry, steps: int, peer: str | None) -> dict:
+    """The worker's raw measurements of a generation entry: zoo's sampler, or `peer` hf."""
+    run = entry.run()
+    ids = prompts(entry, run.config.model.vocab_size)
+    weights = host_weights(run)
+    raw = _measure_hf(run, weights, ids, entry, steps) if peer == "hf" else \
+        _measure_zoo(run, weights, ids, entry, steps)
+    return {**raw, "parameters": sum(w.numel() for w in weights.values()),
+            "prompt_tokens": sum(map(len, ids)),
+            "decode_tokens": len(ids) * (entry.max_new_tokens - 1)}
+
+
+def _measure_zoo(run, weights, ids, entry: Entry, steps: int) -> dict:
+    """The device sampler on the entry's devices, built as `zoo generate` builds it
+    (zoo/app/generate.py load_sampler) from the host weights."""
+    from core import backends  # torch_xla
+    from core.backends.xla.runtime import start  # torch_xla
+    from core.sampler import Sampler, SamplerShape, SamplingParams
+    from zoo.app.train import select_runtime  # the trainer's runtime selection
+
+    family, cfg, topo = run.family, run.config, run.topology
+    model_config = family.model_for(cfg.model, topo, cfg.mesh)
+    model = family.build(model_config, init=False)
+    model.load_state_dict(weights)
+    select_runtime(topo)
+    start()
+    backend = backends.get("xla")
+    bf16 = cfg.runs_in_bf16(topo)
+    model, _, mesh, sizes = backend.prepare(model, run.rules, cfg.mesh, False)
+    shape = SamplerShape.for_model(model_config, len(ids), entry.max_new_tokens, entry.seq_len,
+                                   sizes)
+    sampler = Sampler(model, family.cache_layout(model_config), shape=shape, backend=backend,
+                      mesh=mesh, bf16=bf16)
+    params = SamplingParams(max_new_tokens=entry.max_new_tokens)  # greedy, no stop id
+    started = time.perf_counter()
+    warm = sampler.generate(ids, params)
+    warmup_s = time.perf_counter() - started
+    prefill, decode, tokens = [], [], warm.tokens
+    for _ in range(steps):
+        out = sampler.generate(ids, params)
+        prefill.append(out.timings.prefill_s)
+        decode.append(out.timings.decode_s)
+        tokens = out.tokens
+    compiles, compile_s = sampler.compiles
+    return {"prefill_s": prefill, "decode_s": decode, "warmup_s": warmup_s,
+            "compiles_warmup": warm.timings.compiles, "compile_s": compile_s,
+            "compiles_timed": compiles - warm.timings.compiles, "devices":
+            backend.device_count(), "bf16": bf16, **_tokens_facts(tokens, entry)}
+
+
+def _measure_hf(run, weights, ids, entry: Entry, steps: int) -> dict:
+    """transformers' `generate` on the host CPU, fp32, on the zoo weights loaded into the
+    family's transformers class as `zoo generate --host` loads a run's."""
+    import transformers  # transformers
+
+    family, cfg = run.family, run.config
+    if family.hf_class is None:
+        raise UserError(f"{family.name} has no transformers class to compare with")
+    transformers.utils.logging.disable_progress_bar()
+    model = getattr(transformers, family.hf_class).from_pretrained(
+        None, config=family.hf_config(cfg.model), state_dict=weights).eval()
+    model.generation_config.eos_token_id = None  # every row makes all its new tokens
+    batch = torch.tensor(ids)
+
+    def call() -> tuple[float, float, list[list[int]]]:
+        stamps = FirstCall()
+        started = time.perf_counter()
+        out = model.generate(batch, attention_mask=torch.ones_like(batch), do_sample=False,
+                             max_new_tokens=entry.max_new_tokens, pad_token_id=0,
+                             logits_processor=transformers.LogitsProcessorList([stamps]))
+        ended = time.perf_counter()
+        return stamps.at - started, ended - stamps.at, out[:, batch.shape[1]:].tolist()
+
+    started = time.perf_counter()
+    _, _, tokens = call()  # the first call's one-off costs (allocations, lazy imports)
+    warmup_s = time.perf_counter() - started
+    prefill, decode = [], []
+    for _ in range(steps):
+        prefill_s, decode_s, tokens = call()
+        prefill.append(prefill_s)
+        decode.append(decode_s)
+    return {"prefill_s": prefill, "decode_s": decode, "warmup_s": warmup_s,
+            "compiles_warmup": 0, "compile_s": 0.0, "compiles_timed": 0, "devices": 1,
+            "bf16": False, **_tokens_facts(tokens, entry)}
+
+
+class FirstCall:
+    """A logits processor that notes when `generate` first calls it: after the prompts'
+    forward, before any decode step."""
+
+    def __init__(self):
+        self.at: float | None = None
+
+    def __call__(self, input_ids, scores):
+        if self.at is None:
+            self.at = time.perf_counter()
+        return scores
+
+
+def _tokens_facts(tokens: list[list[int]], entry: Entry) -> dict:
+    """The generated ids' digest, refusing a call whose rows did not all make
+    `max_new_tokens` (its tokens/s would count work not done)."""
+    lengths = sorted({len(row) for row in tokens})
+    if lengths != [entry.max_new_tokens]:
+        raise UserError(f"{entry.name}: rows made {lengths} new tokens, not "
+                        f"{entry.max_new_tokens} each")
+    return {"tokens_sha256": hashlib.sha256(json.dumps(tokens).encode()).hexdigest()}
+
+
+def summarize(entry: Entry, impl: str, raw: dict) -> dict:
+    """One results record of a generation entry. `step_time_median_s` is the median decode
+    step (all rows, one token each), which the regression gate relates to the suite's
+    reference entry as it does a training step."""
+    prefill = statistics.median(raw["prefill_s"])
+    decode = statistics.median(raw["decode_s"])
+    return {
+        "kind": KIND,
+        "name": entry.name,
+        "impl": impl,
+        "model": entry.model,
+        "tpu": entry.tpu,
+        "slices": topology.parse(entry.tpu).slices,
+        "sharding": entry.sharding,
+        "overrides": entry.overrides,
+        "prompts": entry.global_batch_size,
+        "prompt_len": entry.seq_len,
+        "max_new_tokens": entry.max_new_tokens,
+        "parameters": raw["parameters"],
+        "devices": raw["devices"],
+        "precision": "bf16" if raw["bf16"] else "fp32",
+        "compile_s": raw["compile_s"],
+        "compiles_warmup": raw["compiles_warmup"],
+        "compiles_timed": raw["compiles_timed"],
+        "warmup_s": raw["warmup_s"],
+        "timed_calls": len(raw["decode_s"]),
+        "prefill_s_median": prefill,
+        "decode_s_median": decode,
+        "prefill_tokens_per_s": raw["prompt_tokens"] / prefill,
+        "decode_tokens_per_s": raw["decode_tokens"] / decode,
+        "step_time_median_s": decode / (entry.max_new_tokens - 1),
+        "mfu": None,
+        "peak_flops": None,
+        "peak_source": None,
+        "tokens_sha256": raw["tokens_sha256"],
+        "crashed_logs": raw.get("crashed_logs", []),
+    }
+
+
+def ratios(records: list[dict]) -> list[dict]:
+    """Per generation entry run by zoo and a peer: prefill and decode tokens/s zoo / peer
+    (above 1.0 the zoo is faster) and whether both generated the same ids."""
+    zoo = {r["name"]: r for r in records if r.get("kind") == KIND and r["impl"] == "zoo"}
+    return [{"name": r["name"], "peer": r["impl"],
+             "prefill": zoo[r["name"]]["prefill_tokens_per_s"] / r["prefill_tokens_per_s"],
+             "decode": zoo[r["name"]]["decode_tokens_per_s"] / r["decode_tokens_per_s"],
+             "same_tokens": zoo[r["name"]]["tokens_sha256"] == r["tokens_sha256"]}
+            for r in records
+            if r.get("kind") == KIND and r["impl"] != "zoo" and r["name"] in zoo]
+
+
+def ratio_line(ratio: dict) -> str:
+    """What `zoo bench` prints for one generation ratio."""
+    same = ("the same greedy tokens" if ratio["same_tokens"] else
+            "WARNING: different tokens, so the two did different work")
+    return (f"{ratio['name']}: tokens/s zoo / {ratio['peer']}: prefill {ratio['prefill']:.2f}, "
+            f"decode {ratio['decode']:.2f} ({same})")
