@@ -191,6 +191,9 @@ def summarize(entry: Entry, impl: str, raw: dict) -> dict:
         "timed_calls": len(raw["decode_s"]),
         "prefill_s_median": prefill,
         "decode_s_median": decode,
+        # every timed call's: a neighbour's load shows as a spread
+        "prefill_s": raw["prefill_s"],
+        "decode_s": raw["decode_s"],
         "prefill_tokens_per_s": raw["prompt_tokens"] / prefill,
         "decode_tokens_per_s": raw["decode_tokens"] / decode,
         "step_time_median_s": decode / (entry.max_new_tokens - 1),
