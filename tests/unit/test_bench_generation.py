@@ -90,3 +90,19 @@ def test_a_generation_entry_without_a_decode_step_or_prompt_length_is_refused(
     suite.write_text(f"- {{name: g, model: llama-tiny, {line}}}\n")
     with pytest.raises(UserError, match=message):
         load_suite(str(suite))
+
+
+def test_the_gate_judges_a_decode_step_against_the_reference_entry():
+    from benchmarks.gate import judge
+    from benchmarks.harness import relate_to_reference
+
+    def results(decode_s):
+        records = [generation.summarize(dataclasses.replace(ENTRY, name=name), "zoo",
+                                        raw([0.2], [seconds]))
+                   for name, seconds in (("g", 0.7), ("h", decode_s))]
+        relate_to_reference(records, records[0])
+        return {"reference_entry": "g", "records": records}
+
+    assert judge(results(1.4), results(1.4), tolerance=0.2) == {}
+    assert judge(results(2.1), results(1.4), tolerance=0.2) == {
+        ("h", "zoo"): "h (zoo): step time 3.00x g's vs baseline 2.00x"}
