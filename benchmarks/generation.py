@@ -54,22 +54,24 @@ def host_weights(run) -> dict[str, torch.Tensor]:
     return family.build(cfg.model, seed=cfg.seed).state_dict()
 
 
-def measure(entry: Entry, steps: int, peer: str | None) -> dict:
-    """The worker's raw measurements of a generation entry: zoo's sampler, or `peer` hf."""
+def measure(entry: Entry, steps: int, peer: str | None, profile_dir: str | None = None) -> dict:
+    """The worker's raw measurements of a generation entry: zoo's sampler (an XLA profile of
+    its timed calls in `profile_dir` when given), or `peer` hf."""
     run = entry.run()
     ids = prompts(entry, run.config.model.vocab_size)
     weights = host_weights(run)
     raw = _measure_hf(run, weights, ids, entry, steps) if peer == "hf" else \
-        _measure_zoo(run, weights, ids, entry, steps)
+        _measure_zoo(run, weights, ids, entry, steps, profile_dir)
     return {**raw, "parameters": sum(w.numel() for w in weights.values()),
             "prompt_tokens": sum(map(len, ids)),
             "decode_tokens": len(ids) * (entry.max_new_tokens - 1)}
 
 
-def _measure_zoo(run, weights, ids, entry: Entry, steps: int) -> dict:
+def _measure_zoo(run, weights, ids, entry: Entry, steps: int, profile_dir: str | None) -> dict:
     """The device sampler on the entry's devices, built as `zoo generate` builds it
     (zoo/app/generate.py load_sampler) from the host weights."""
     from core import backends  # torch_xla
+    from core.backends.xla.profile import start_trace, stop_trace  # torch_xla
     from core.backends.xla.runtime import start  # torch_xla
     from core.sampler import Sampler, SamplerShape, SamplingParams
     from zoo.app.train import select_runtime  # the trainer's runtime selection
@@ -92,11 +94,15 @@ def _measure_zoo(run, weights, ids, entry: Entry, steps: int) -> dict:
     warm = sampler.generate(ids, params)
     warmup_s = time.perf_counter() - started
     prefill, decode, tokens = [], [], warm.tokens
+    if profile_dir:
+        start_trace(profile_dir)
     for _ in range(steps):
         out = sampler.generate(ids, params)
         prefill.append(out.timings.prefill_s)
         decode.append(out.timings.decode_s)
         tokens = out.tokens
+    if profile_dir:
+        stop_trace()
     compiles, compile_s = sampler.compiles
     return {"prefill_s": prefill, "decode_s": decode, "warmup_s": warmup_s,
             "compiles_warmup": warm.timings.compiles, "compile_s": compile_s,

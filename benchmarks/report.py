@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from benchmarks import generation
+from core.flops import spread
 from core.table import format_table
 
 COLUMNS = (
@@ -118,18 +119,32 @@ def peak_note(results: dict) -> str:
 
 
 BUSY_SPREAD = 0.10  # per-entry peaks of an undisturbed run here lay within a few percent
+# A generation entry's decode calls on a quiet host here lay within ~25% of each other; a
+# neighbour's load slowed transformers' calls (2 torch threads) up to 20x
+BUSY_CALLS_SPREAD = 0.5
 
 
 def busy_host_warning(results: dict) -> str | None:
-    """Say so when the host was busy during the run: its step times are then not comparable."""
+    """Say so when the host was busy during the run: its step times are then not comparable.
+    Told by the CPU peaks measured before each entry (--mfu), and by how far apart a
+    generation entry's timed calls lay."""
     calibration = results.get("calibration") or {}
     spreads = [c["spread"] for dtype, c in calibration.items() if dtype != "method"]
-    if not spreads or max(spreads) <= BUSY_SPREAD:
+    causes = []
+    if spreads and max(spreads) > BUSY_SPREAD:
+        causes.append(f"the CPU peak measured before each entry varied by {max(spreads):.0%} "
+                      "in this run")
+    disturbed = [f"{r['name']} ({r['impl']}) {spread(r['decode_s']):.0%}"
+                 for r in results["records"] if r.get("kind") == generation.KIND
+                 and spread(r["decode_s"]) > BUSY_CALLS_SPREAD]
+    if disturbed:
+        causes.append("the decode times of a generation entry's calls lay far apart ("
+                      + ", ".join(disturbed) + ")")
+    if not causes:
         return None
     return (
-        f"warning: the CPU peak measured before each entry varied by {max(spreads):.0%} in this "
-        "run: other load shared the cores, so its step times are not comparable; rerun on a "
-        "quiet machine"
+        f"warning: {'; '.join(causes)}: other load shared the cores, so its times are not "
+        "comparable; rerun on a quiet machine"
     )
 
 

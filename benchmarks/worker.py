@@ -26,7 +26,7 @@ from zoo.app.train import build_engine
 
 def measure(entry: Entry, steps: int, peer: str | None, profile_dir: str | None) -> dict:
     if entry.max_new_tokens:  # `steps` timed generate calls
-        return generation.measure(entry, steps, peer)
+        return generation.measure(entry, steps, peer, profile_dir)
     with tempfile.TemporaryDirectory() as scratch:
         if peer == "dtensor":  # zoo's model on the other backend, one process per device
             _, engine = build_engine(entry.run(f"out={scratch}"), backend="dtensor")

@@ -106,3 +106,13 @@ def test_the_gate_judges_a_decode_step_against_the_reference_entry():
     assert judge(results(1.4), results(1.4), tolerance=0.2) == {}
     assert judge(results(2.1), results(1.4), tolerance=0.2) == {
         ("h", "zoo"): "h (zoo): step time 3.00x g's vs baseline 2.00x"}
+
+
+def test_calls_slowed_by_a_neighbour_make_the_run_say_the_host_was_busy():
+    def results(decode_s):
+        return {"calibration": None,
+                "records": [generation.summarize(ENTRY, "hf", raw([0.1] * 3, decode_s))]}
+
+    assert report.busy_host_warning(results([0.8, 0.9, 0.85])) is None
+    warning = report.busy_host_warning(results([0.8, 17.6, 0.85]))
+    assert "decode times of a generation entry's calls lay far apart (g (hf) 1976%)" in warning
