@@ -22,6 +22,7 @@ equal digests say both sides did the same work, which a ratio needs to mean anyt
 
 from __future__ import annotations
 
+import abc
 import hashlib
 import json
 import statistics
@@ -54,96 +55,145 @@ def host_weights(run) -> dict[str, torch.Tensor]:
     return family.build(cfg.model, seed=cfg.seed).state_dict()
 
 
-def measure(entry: Entry, steps: int, peer: str | None, profile_dir: str | None = None) -> dict:
+def measure(entry: Entry, steps: int, peer: str | None, profile_dir: str | None = None,
+            beside: str | None = None) -> dict:
     """The worker's raw measurements of a generation entry: zoo's sampler (an XLA profile of
-    its timed calls in `profile_dir` when given), or `peer` hf."""
+    its timed calls in `profile_dir` when given), or `peer` hf alone. With `beside` hf, both
+    in this process, their calls alternating, so a neighbour's load falls on both alike:
+    {"sides": {"zoo": raw, "hf": raw}}."""
     run = entry.run()
     ids = prompts(entry, run.config.model.vocab_size)
     weights = host_weights(run)
-    raw = _measure_hf(run, weights, ids, entry, steps) if peer == "hf" else \
-        _measure_zoo(run, weights, ids, entry, steps, profile_dir)
-    return {**raw, "parameters": sum(w.numel() for w in weights.values()),
-            "prompt_tokens": sum(map(len, ids)),
-            "decode_tokens": len(ids) * (entry.max_new_tokens - 1)}
+    sides = {"hf": _HFSide(run, weights, ids, entry)} if peer == "hf" else \
+        {"zoo": _ZooSide(run, weights, ids, entry)}
+    if peer is None and beside == "hf":
+        sides["hf"] = _HFSide(run, weights, ids, entry)
+    for side in sides.values():
+        side.warm()
+    profiled = profile_dir and "zoo" in sides
+    if profiled:
+        from core.backends.xla.profile import start_trace  # torch_xla
 
-
-def _measure_zoo(run, weights, ids, entry: Entry, steps: int, profile_dir: str | None) -> dict:
-    """The device sampler on the entry's devices, built as `zoo generate` builds it
-    (zoo/app/generate.py load_sampler) from the host weights."""
-    from core import backends  # torch_xla
-    from core.backends.xla.profile import start_trace, stop_trace  # torch_xla
-    from core.backends.xla.runtime import start  # torch_xla
-    from core.sampler import Sampler, SamplerShape, SamplingParams
-    from zoo.app.train import select_runtime  # the trainer's runtime selection
-
-    family, cfg, topo = run.family, run.config, run.topology
-    model_config = family.model_for(cfg.model, topo, cfg.mesh)
-    model = family.build(model_config, init=False)
-    model.load_state_dict(weights)
-    select_runtime(topo)
-    start()
-    backend = backends.get("xla")
-    bf16 = cfg.runs_in_bf16(topo)
-    model, _, mesh, sizes = backend.prepare(model, run.rules, cfg.mesh, False)
-    shape = SamplerShape.for_model(model_config, len(ids), entry.max_new_tokens, entry.seq_len,
-                                   sizes)
-    sampler = Sampler(model, family.cache_layout(model_config), shape=shape, backend=backend,
-                      mesh=mesh, bf16=bf16)
-    params = SamplingParams(max_new_tokens=entry.max_new_tokens)  # greedy, no stop id
-    started = time.perf_counter()
-    warm = sampler.generate(ids, params)
-    warmup_s = time.perf_counter() - started
-    prefill, decode, tokens = [], [], warm.tokens
-    if profile_dir:
         start_trace(profile_dir)
     for _ in range(steps):
-        out = sampler.generate(ids, params)
-        prefill.append(out.timings.prefill_s)
-        decode.append(out.timings.decode_s)
-        tokens = out.tokens
-    if profile_dir:
+        for side in sides.values():
+            side.call()
+    if profiled:
+        from core.backends.xla.profile import stop_trace  # torch_xla
+
         stop_trace()
-    compiles, compile_s = sampler.compiles
-    return {"prefill_s": prefill, "decode_s": decode, "warmup_s": warmup_s,
-            "compiles_warmup": warm.timings.compiles, "compile_s": compile_s,
-            "compiles_timed": compiles - warm.timings.compiles, "devices":
-            backend.device_count(), "bf16": bf16, **_tokens_facts(tokens, entry)}
+    common = {"parameters": sum(w.numel() for w in weights.values()),
+              "prompt_tokens": sum(map(len, ids)),
+              "decode_tokens": len(ids) * (entry.max_new_tokens - 1)}
+    raws = {impl: {**side.facts(), **common} for impl, side in sides.items()}
+    return {"sides": raws} if len(raws) > 1 else next(iter(raws.values()))
 
 
-def _measure_hf(run, weights, ids, entry: Entry, steps: int) -> dict:
+class _Side(abc.ABC):
+    """One implementation's calls: `warm` once (untimed), then `call` per timed call, then
+    `facts`: the times of every timed call, the last call's tokens checked and digested."""
+
+    def __init__(self, entry: Entry):
+        self.entry = entry
+        self.prefill_s: list[float] = []
+        self.decode_s: list[float] = []
+        self.tokens: list[list[int]] = []
+        self.warmup_s = 0.0
+
+    def warm(self) -> None:
+        started = time.perf_counter()
+        self._generate()
+        self.warmup_s = time.perf_counter() - started
+
+    def call(self) -> None:
+        prefill_s, decode_s, self.tokens = self._generate()
+        self.prefill_s.append(prefill_s)
+        self.decode_s.append(decode_s)
+
+    def facts(self) -> dict:
+        return {"prefill_s": self.prefill_s, "decode_s": self.decode_s,
+                "warmup_s": self.warmup_s, **_tokens_facts(self.tokens, self.entry)}
+
+    @abc.abstractmethod
+    def _generate(self) -> tuple[float, float, list[list[int]]]:
+        """(prefill s, decode s, each prompt's new tokens) of one call."""
+
+
+class _ZooSide(_Side):
+    """The device sampler on the entry's devices, built as `zoo generate` builds it
+    (zoo/app/generate.py load_sampler) from the host weights."""
+
+    def __init__(self, run, weights, ids, entry: Entry):
+        from core import backends  # torch_xla
+        from core.backends.xla.runtime import start  # torch_xla
+        from core.sampler import Sampler, SamplerShape, SamplingParams
+        from zoo.app.train import select_runtime  # the trainer's runtime selection
+
+        super().__init__(entry)
+        family, cfg, topo = run.family, run.config, run.topology
+        model_config = family.model_for(cfg.model, topo, cfg.mesh)
+        model = family.build(model_config, init=False)
+        model.load_state_dict(weights)
+        select_runtime(topo)
+        start()
+        self.backend = backends.get("xla")
+        self.bf16 = cfg.runs_in_bf16(topo)
+        model, _, mesh, sizes = self.backend.prepare(model, run.rules, cfg.mesh, False)
+        shape = SamplerShape.for_model(model_config, len(ids), entry.max_new_tokens,
+                                       entry.seq_len, sizes)
+        self.sampler = Sampler(model, family.cache_layout(model_config), shape=shape,
+                               backend=self.backend, mesh=mesh, bf16=self.bf16)
+        self.params = SamplingParams(max_new_tokens=entry.max_new_tokens)  # greedy, no stop
+        self.ids = ids
+        self.warm_compiles = 0
+
+    def warm(self) -> None:
+        super().warm()
+        self.warm_compiles = self.sampler.compiles[0]
+
+    def _generate(self):
+        out = self.sampler.generate(self.ids, self.params)
+        return out.timings.prefill_s, out.timings.decode_s, out.tokens
+
+    def facts(self) -> dict:
+        compiles, compile_s = self.sampler.compiles
+        return {**super().facts(), "compiles_warmup": self.warm_compiles,
+                "compile_s": compile_s, "compiles_timed": compiles - self.warm_compiles,
+                "devices": self.backend.device_count(), "bf16": self.bf16}
+
+
+class _HFSide(_Side):
     """transformers' `generate` on the host CPU, fp32, on the zoo weights loaded into the
-    family's transformers class as `zoo generate --host` loads a run's."""
-    import transformers  # transformers
+    family's transformers class as `zoo generate --host` loads a run's. Its untimed call
+    pays the first call's one-off costs (allocations, lazy imports)."""
 
-    family, cfg = run.family, run.config
-    if family.hf_class is None:
-        raise UserError(f"{family.name} has no transformers class to compare with")
-    transformers.utils.logging.disable_progress_bar()
-    model = getattr(transformers, family.hf_class).from_pretrained(
-        None, config=family.hf_config(cfg.model), state_dict=weights).eval()
-    model.generation_config.eos_token_id = None  # every row makes all its new tokens
-    batch = torch.tensor(ids)
+    def __init__(self, run, weights, ids, entry: Entry):
+        import transformers  # transformers
 
-    def call() -> tuple[float, float, list[list[int]]]:
+        super().__init__(entry)
+        family, cfg = run.family, run.config
+        if family.hf_class is None:
+            raise UserError(f"{family.name} has no transformers class to compare with")
+        transformers.utils.logging.disable_progress_bar()
+        self.model = getattr(transformers, family.hf_class).from_pretrained(
+            None, config=family.hf_config(cfg.model), state_dict=weights).eval()
+        self.model.generation_config.eos_token_id = None  # every row makes all its tokens
+        self.batch = torch.tensor(ids)
+        self.processors = transformers.LogitsProcessorList
+
+    def _generate(self):
         stamps = FirstCall()
         started = time.perf_counter()
-        out = model.generate(batch, attention_mask=torch.ones_like(batch), do_sample=False,
-                             max_new_tokens=entry.max_new_tokens, pad_token_id=0,
-                             logits_processor=transformers.LogitsProcessorList([stamps]))
+        out = self.model.generate(
+            self.batch, attention_mask=torch.ones_like(self.batch), do_sample=False,
+            max_new_tokens=self.entry.max_new_tokens, pad_token_id=0,
+            logits_processor=self.processors([stamps]))
         ended = time.perf_counter()
-        return stamps.at - started, ended - stamps.at, out[:, batch.shape[1]:].tolist()
+        return stamps.at - started, ended - stamps.at, out[:, self.batch.shape[1]:].tolist()
 
-    started = time.perf_counter()
-    _, _, tokens = call()  # the first call's one-off costs (allocations, lazy imports)
-    warmup_s = time.perf_counter() - started
-    prefill, decode = [], []
-    for _ in range(steps):
-        prefill_s, decode_s, tokens = call()
-        prefill.append(prefill_s)
-        decode.append(decode_s)
-    return {"prefill_s": prefill, "decode_s": decode, "warmup_s": warmup_s,
-            "compiles_warmup": 0, "compile_s": 0.0, "compiles_timed": 0, "devices": 1,
-            "bf16": False, **_tokens_facts(tokens, entry)}
+    def facts(self) -> dict:
+        return {**super().facts(), "compiles_warmup": 0, "compile_s": 0.0,
+                "compiles_timed": 0, "devices": 1, "bf16": False}
 
 
 class FirstCall:

@@ -25,12 +25,15 @@ from core.errors import UserError
 
 
 def run_entry(entry: Entry, steps: int, peer: str | None, profile_dir: str | None,
-              log_dir: Path | None = None) -> dict:
+              log_dir: Path | None = None, beside: str | None = None) -> dict:
     """The entry's measurements from its own worker process (benchmarks/worker_process.py:
-    a crashed worker runs once more; a failed one leaves its whole log in `log_dir`)."""
+    a crashed worker runs once more; a failed one leaves its whole log in `log_dir`). A
+    generation entry's zoo run with `beside` hf times both there, calls alternating
+    (benchmarks/generation.py): {"sides": {impl: measurements}}."""
     if peer == "maxtext":  # its own trainer in its own environment
         return maxtext.measure(entry, steps)
-    job = {"entry": dataclasses.asdict(entry), "steps": steps, "peer": peer, "profile": profile_dir}
+    job = {"entry": dataclasses.asdict(entry), "steps": steps, "peer": peer, "profile": profile_dir,
+           "beside": beside}
     launcher = [sys.executable]
     if peer == "dtensor":  # one process per device, as `zoo train --backend dtensor` runs
         devices = topology.parse(entry.tpu).devices
@@ -135,24 +138,32 @@ def run_suite(
     """Every entry (then every peer run), each right after a CPU peak measurement. An entry
     whose worker fails is left out of the records and listed under `failed` (with the file
     holding its worker's log): the other entries' results are kept."""
-    jobs = [(e, None) for e in entries] + [(e, compare) for e in entries if runs_peer(e, compare)]
+    peered = {e.name for e in entries if runs_peer(e, compare)}
+    # a generation entry's peer runs beside zoo in zoo's own job (benchmarks/generation.py)
+    jobs = [(e, None) for e in entries] + [(e, compare) for e in entries
+                                           if e.name in peered and not e.max_new_tokens]
     dtypes = {e.name: peak_dtype(e) for e in entries if not e.max_new_tokens} if mfu else {}
     peaks, timed, failed = RunPeaks(), [], []
     for entry, peer in tqdm(jobs, desc="bench", unit="entry"):
         dtype = dtypes.get(entry.name)
         before = peaks.measure(dtype) if dtype else None
+        beside = compare if entry.max_new_tokens and entry.name in peered else None
         try:
-            raw = run_entry(entry, steps, peer, _profile_path(profile_dir, entry, peer), log_dir)
+            raw = run_entry(entry, steps, peer, _profile_path(profile_dir, entry, peer), log_dir,
+                            beside)
         except EntryFailed as error:
             tqdm.write(f"{error}; going on with the other entries")
             failed.append({"name": entry.name, "impl": peer or "zoo", "error": str(error),
                            "log": str(error.log)})
             continue
-        timed.append((entry, peer or "zoo", raw, dtype, before))
-        tqdm.write(
-            f"{entry.name} ({peer or 'zoo'}): {_median_line(raw)}"
-            + (f", CPU peak right before {before.flops / 1e9:.0f} GFLOP/s" if before else "")
-        )
+        sides = raw.get("sides") or {peer or "zoo": raw}
+        for impl, side in sides.items():
+            side.setdefault("crashed_logs", raw.get("crashed_logs", []))
+            timed.append((entry, impl, side, dtype, before))
+            tqdm.write(
+                f"{entry.name} ({impl}): {_median_line(side)}"
+                + (f", CPU peak right before {before.flops / 1e9:.0f} GFLOP/s" if before else "")
+            )
     if not timed:
         raise UserError("every benchmark entry failed: "
                         + "; ".join(f["error"] for f in failed))
