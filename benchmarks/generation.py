@@ -7,8 +7,10 @@ An entry asks for `global_batch_size` prompts of `seq_len` random ids each (seed
 process draws the same ones), greedy, and exactly `max_new_tokens` new tokens a prompt: no
 stop id on either side, so no row ends early. The weights are the entry's model initialised
 from its seed on the host; the sampler loads them as `zoo generate` loads a run's, and
-transformers' class loads them as `zoo generate --host` does. One untimed call first (the
-sampler compiles its prefill and its decode step), then `steps` timed calls, each split in two:
+transformers' class loads them as `zoo generate --host` does. With `--compare hf` both sides
+run in the zoo worker's process, their calls alternating, so a neighbour's load falls on both
+alike. One untimed call each first (the sampler compiles its prefill and its decode step),
+then `steps` timed calls each, every call split in two:
 
 - zoo: the sampler's own timings. Prefill: the prompts' forward and each row's first token,
   waited for; decode: the `max_new_tokens - 1` decode steps after it.
