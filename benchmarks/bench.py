@@ -7,7 +7,7 @@ import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
-from benchmarks import harness, report
+from benchmarks import generation, harness, report
 from benchmarks.gate import confirmed_regressions, load_baseline
 from benchmarks.suite import load_suite
 from core.errors import UserError
@@ -53,13 +53,16 @@ def bench(request: BenchRequest, echo: Callable[..., object]) -> None:
     results = harness.run_suite(entries, request.steps, compare, mfu, request.profile_dir,
                                 log_dir=Path(request.out) / "logs")
     ratios = harness.compare_ratios(results["records"])
+    generation_ratios = generation.ratios(results["records"])
     echo(report.table(results["records"]))
     echo(report.footnote(results))
     if warning := report.busy_host_warning(results):
         echo(warning, err=True)
     for name, peer, ratio in ratios:
         echo(f"{name}: step time zoo / {peer} = {ratio:.2f}")
-    report.write(results, ratios, Path(request.out))
+    for ratio in generation_ratios:
+        echo(generation.ratio_line(ratio))
+    report.write(results, ratios, Path(request.out), generation_ratios)
     echo(f"wrote {request.out}/results.json, results.md, results.png")
     if baseline is not None:
         regressions = confirmed_regressions(results, entries, baseline, request.tolerance,

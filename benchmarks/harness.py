@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from benchmarks import maxtext
+from benchmarks import generation, maxtext
 from benchmarks.calibration import RunPeaks, peak_dtype
 from benchmarks.peers import PEERS, PEERS_MISSING
 from benchmarks.suite import Entry
@@ -25,12 +25,15 @@ from core.errors import UserError
 
 
 def run_entry(entry: Entry, steps: int, peer: str | None, profile_dir: str | None,
-              log_dir: Path | None = None) -> dict:
+              log_dir: Path | None = None, beside: str | None = None) -> dict:
     """The entry's measurements from its own worker process (benchmarks/worker_process.py:
-    a crashed worker runs once more; a failed one leaves its whole log in `log_dir`)."""
+    a crashed worker runs once more; a failed one leaves its whole log in `log_dir`). A
+    generation entry's zoo run with `beside` hf times both there, calls alternating
+    (benchmarks/generation.py): {"sides": {impl: measurements}}."""
     if peer == "maxtext":  # its own trainer in its own environment
         return maxtext.measure(entry, steps)
-    job = {"entry": dataclasses.asdict(entry), "steps": steps, "peer": peer, "profile": profile_dir}
+    job = {"entry": dataclasses.asdict(entry), "steps": steps, "peer": peer, "profile": profile_dir,
+           "beside": beside}
     launcher = [sys.executable]
     if peer == "dtensor":  # one process per device, as `zoo train --backend dtensor` runs
         devices = topology.parse(entry.tpu).devices
@@ -40,7 +43,10 @@ def run_entry(entry: Entry, steps: int, peer: str | None, profile_dir: str | Non
 
 def summarize(entry: Entry, impl: str, raw: dict, peak: float | None) -> dict:
     """One results record: the measurements plus derived throughput, TFLOP/s and MFU
-    (against `peak`, the run's CPU peak, on CPU)."""
+    (against `peak`, the run's CPU peak, on CPU); a generation entry's its own
+    (benchmarks/generation.py)."""
+    if entry.max_new_tokens:
+        return generation.summarize(entry, impl, raw)
     topo = topology.parse(entry.tpu)
     times = raw["step_times_s"]
     median = statistics.median(times)
@@ -132,25 +138,32 @@ def run_suite(
     """Every entry (then every peer run), each right after a CPU peak measurement. An entry
     whose worker fails is left out of the records and listed under `failed` (with the file
     holding its worker's log): the other entries' results are kept."""
-    jobs = [(e, None) for e in entries] + [(e, compare) for e in entries if runs_peer(e, compare)]
-    dtypes = {e.name: peak_dtype(e) for e in entries} if mfu else {}
+    peered = {e.name for e in entries if runs_peer(e, compare)}
+    # a generation entry's peer runs beside zoo in zoo's own job (benchmarks/generation.py)
+    jobs = [(e, None) for e in entries] + [(e, compare) for e in entries
+                                           if e.name in peered and not e.max_new_tokens]
+    dtypes = {e.name: peak_dtype(e) for e in entries if not e.max_new_tokens} if mfu else {}
     peaks, timed, failed = RunPeaks(), [], []
     for entry, peer in tqdm(jobs, desc="bench", unit="entry"):
         dtype = dtypes.get(entry.name)
         before = peaks.measure(dtype) if dtype else None
+        beside = compare if entry.max_new_tokens and entry.name in peered else None
         try:
-            raw = run_entry(entry, steps, peer, _profile_path(profile_dir, entry, peer), log_dir)
+            raw = run_entry(entry, steps, peer, _profile_path(profile_dir, entry, peer), log_dir,
+                            beside)
         except EntryFailed as error:
             tqdm.write(f"{error}; going on with the other entries")
             failed.append({"name": entry.name, "impl": peer or "zoo", "error": str(error),
                            "log": str(error.log)})
             continue
-        timed.append((entry, peer or "zoo", raw, dtype, before))
-        tqdm.write(
-            f"{entry.name} ({peer or 'zoo'}): median step "
-            f"{statistics.median(raw['step_times_s']):.3f} s"
-            + (f", CPU peak right before {before.flops / 1e9:.0f} GFLOP/s" if before else "")
-        )
+        sides = raw.get("sides") or {peer or "zoo": raw}
+        for impl, side in sides.items():
+            side.setdefault("crashed_logs", raw.get("crashed_logs", []))
+            timed.append((entry, impl, side, dtype, before))
+            tqdm.write(
+                f"{entry.name} ({impl}): {_median_line(side)}"
+                + (f", CPU peak right before {before.flops / 1e9:.0f} GFLOP/s" if before else "")
+            )
     if not timed:
         raise UserError("every benchmark entry failed: "
                         + "; ".join(f["error"] for f in failed))
@@ -168,10 +181,27 @@ def run_suite(
     }
 
 
+def _median_line(raw: dict) -> str:
+    if "step_times_s" in raw:
+        return f"median step {statistics.median(raw['step_times_s']):.3f} s"
+    return (f"median prefill {statistics.median(raw['prefill_s']):.3f} s, decode "
+            f"{statistics.median(raw['decode_s']):.3f} s")
+
+
 def runs_peer(entry: Entry, peer: str | None) -> bool:
     """HF runs entries without remat: it has no LayerStack to scan, and its decoder layers
     take keyword arguments that torch_xla's (reentrant) checkpoint cannot pass. MaxText runs
-    the entries whose settings it has a counterpart of (benchmarks/maxtext_keys.py)."""
+    the entries whose settings it has a counterpart of (benchmarks/maxtext_keys.py). A
+    generation entry's peer is transformers' `generate` (hf) only."""
+    if entry.max_new_tokens and peer:
+        if peer != "hf":
+            tqdm.write(f"{entry.name}: no {peer} run (a generation entry compares with "
+                       "transformers' generate: --compare hf)")
+            return False
+        if entry.run().family.hf_class is None:
+            tqdm.write(f"{entry.name}: no hf run ({entry.model} has no transformers class)")
+            return False
+        return True
     if peer == "hf":
         family = entry.model.split("-")[0]
         if family not in PEERS["hf"]:
@@ -214,11 +244,12 @@ def _profile_path(profile_dir: str | None, entry: Entry, peer: str | None) -> st
 
 
 def compare_ratios(records: list[dict]) -> list[tuple[str, str, float]]:
-    """(entry, peer, zoo step time / peer step time) for every entry run by both:
-    below 1.0 the zoo's step is faster."""
-    zoo = {r["name"]: r for r in records if r["impl"] == "zoo"}
+    """(entry, peer, zoo step time / peer step time) for every training entry run by both:
+    below 1.0 the zoo's step is faster. (Generation entries: generation.ratios.)"""
+    trained = [r for r in records if r.get("kind") != generation.KIND]
+    zoo = {r["name"]: r for r in trained if r["impl"] == "zoo"}
     return [
         (r["name"], r["impl"], zoo[r["name"]]["step_time_median_s"] / r["step_time_median_s"])
-        for r in records
+        for r in trained
         if r["impl"] != "zoo" and r["name"] in zoo
     ]

@@ -1,10 +1,13 @@
-"""Benchmark results as a console table, results.json, results.md and a PNG plot."""
+"""Benchmark results as a console table, results.json, results.md and a PNG plot: training
+entries in one table, generation entries (benchmarks/generation.py) in another."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+from benchmarks import generation
+from core.flops import spread
 from core.table import format_table
 
 COLUMNS = (
@@ -32,26 +35,66 @@ COLUMNS = (
 )
 
 
+GENERATION_COLUMNS = (
+    ("entry", lambda r: r["name"]),
+    ("impl", lambda r: r["impl"]),
+    ("devices", lambda r: r["devices"]),
+    ("prompts x len", lambda r: f"{r['prompts']} x {r['prompt_len']}"),
+    ("new tokens", lambda r: r["max_new_tokens"]),
+    ("compile s (graphs)", lambda r: f"{r['compile_s']:.1f} ({r['compiles_warmup']})"),
+    ("prefill s", lambda r: f"{r['prefill_s_median']:.3f}"),
+    ("prefill tokens/s", lambda r: f"{r['prefill_tokens_per_s']:,.0f}"),
+    ("decode s", lambda r: f"{r['decode_s_median']:.3f}"),
+    ("decode tokens/s", lambda r: f"{r['decode_tokens_per_s']:,.0f}"),
+    ("compiles", lambda r: r["compiles_timed"]),
+)
+
+GENERATION_NOTE = (
+    "Generation: medians of the timed calls, after an untimed one (compile s: the graphs the "
+    "sampler compiled then, 0 for transformers, which does not compile). Prefill tokens/s = "
+    "prompt tokens / prefill s (the prompts' forward and the first new token); decode "
+    "tokens/s = prompts x (new tokens - 1) / decode s (the steps after the first token). zoo: "
+    "the device sampler on the entry's devices; hf: transformers' generate on the host CPU, "
+    "fp32, timed from the call to its first logits processor call (prefill) and from there to "
+    "its end (decode). Greedy, no stop id: every prompt makes all its new tokens. Compiles: "
+    "during the timed calls."
+)
+
+
 def _seconds(value: float | None) -> str:
     return f"{value:.3f}" if value is not None else "-"
 
 
+def _kinds(records: list[dict]) -> list[tuple[tuple, list[dict]]]:
+    """(columns, records) per kind of entry present: training, then generation."""
+    trained = [r for r in records if r.get("kind") != generation.KIND]
+    generated = [r for r in records if r.get("kind") == generation.KIND]
+    return [(columns, rows) for columns, rows in ((COLUMNS, trained),
+                                                  (GENERATION_COLUMNS, generated)) if rows]
+
+
 def table(records: list[dict]) -> str:
-    return format_table(
-        tuple(c for c, _ in COLUMNS), [tuple(f(r) for _, f in COLUMNS) for r in records]
+    return "\n\n".join(
+        format_table(tuple(c for c, _ in columns), [tuple(f(r) for _, f in columns) for r in rows])
+        for columns, rows in _kinds(records)
     )
 
 
 def footnote(results: dict) -> str:
     env = results["environment"]
+    records = results["records"]
+    trained = any(r.get("kind") != generation.KIND for r in records)
     return (
         f"torch {env['torch']}, torch_xla {env['torch_xla']}, {env['machine']} with "
-        f"{env['host_cpus']} CPUs, commit {env['git_commit']}. MFU = model FLOPs (3 x "
-        f"forward matmul FLOPs, causal attention) / (step time x peak); peak: "
-        f"{peak_note(results)}. Compiles: during the timed steps (0 = the step compiled once "
-        "and was replayed). Host s: median seconds Python spent tracing a step into "
-        "torch_xla's graph (part of the step time; '-' for peers outside torch_xla)."
-        + (MAXTEXT_NOTE if any(r["impl"] == "maxtext" for r in results["records"]) else "")
+        f"{env['host_cpus']} CPUs, commit {env['git_commit']}."
+        + (" MFU = model FLOPs (3 x forward matmul FLOPs, causal attention) / (step time x "
+           f"peak); peak: {peak_note(results)}. Compiles: during the timed steps (0 = the step "
+           "compiled once and was replayed). Host s: median seconds Python spent tracing a "
+           "step into torch_xla's graph (part of the step time; '-' for peers outside "
+           "torch_xla)." if trained else "")
+        + (MAXTEXT_NOTE if any(r["impl"] == "maxtext" for r in records) else "")
+        + (" " + GENERATION_NOTE
+           if any(r.get("kind") == generation.KIND for r in records) else "")
     )
 
 
@@ -76,25 +119,40 @@ def peak_note(results: dict) -> str:
 
 
 BUSY_SPREAD = 0.10  # per-entry peaks of an undisturbed run here lay within a few percent
+# A generation entry's decode calls on a quiet host here lay within ~25% of each other; a
+# neighbour's load slowed transformers' calls (2 torch threads) up to 20x
+BUSY_CALLS_SPREAD = 0.5
 
 
 def busy_host_warning(results: dict) -> str | None:
-    """Say so when the host was busy during the run: its step times are then not comparable."""
+    """Say so when the host was busy during the run: its step times are then not comparable.
+    Told by the CPU peaks measured before each entry (--mfu), and by how far apart a
+    generation entry's timed calls lay."""
     calibration = results.get("calibration") or {}
     spreads = [c["spread"] for dtype, c in calibration.items() if dtype != "method"]
-    if not spreads or max(spreads) <= BUSY_SPREAD:
+    causes = []
+    if spreads and max(spreads) > BUSY_SPREAD:
+        causes.append(f"the CPU peak measured before each entry varied by {max(spreads):.0%} "
+                      "in this run")
+    disturbed = [f"{r['name']} ({r['impl']}) {spread(r['decode_s']):.0%}"
+                 for r in results["records"] if r.get("kind") == generation.KIND
+                 and spread(r["decode_s"]) > BUSY_CALLS_SPREAD]
+    if disturbed:
+        causes.append("the decode times of a generation entry's calls lay far apart ("
+                      + ", ".join(disturbed) + ")")
+    if not causes:
         return None
     return (
-        f"warning: the CPU peak measured before each entry varied by {max(spreads):.0%} in this "
-        "run: other load shared the cores, so its step times are not comparable; rerun on a "
-        "quiet machine"
+        f"warning: {'; '.join(causes)}: other load shared the cores, so its times are not "
+        "comparable; rerun on a quiet machine"
     )
 
 
-def markdown(results: dict, ratios) -> str:
-    header = "| " + " | ".join(c for c, _ in COLUMNS) + " |"
-    lines = ["# Benchmark results", "", header, "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(str(f(r)) for _, f in COLUMNS) + " |" for r in results["records"]]
+def markdown(results: dict, ratios, generation_ratios=()) -> str:
+    lines = ["# Benchmark results"]
+    for columns, rows in _kinds(results["records"]):
+        lines += ["", "| " + " | ".join(c for c, _ in columns) + " |", "|" + "---|" * len(columns)]
+        lines += ["| " + " | ".join(str(f(r)) for _, f in columns) + " |" for r in rows]
     lines += ["", footnote(results)]
     warning = busy_host_warning(results)
     lines += ["", f"**{warning}**"] if warning else []
@@ -110,6 +168,9 @@ def markdown(results: dict, ratios) -> str:
     if ratios:
         lines += ["", "Step time ratio zoo / peer (below 1.0: the zoo is faster):", ""]
         lines += [f"- {name}: zoo / {peer} = {ratio:.2f}" for name, peer, ratio in ratios]
+    if generation_ratios:
+        lines += ["", "Generation tokens/s ratio zoo / peer (above 1.0: the zoo is faster):", ""]
+        lines += [f"- {generation.ratio_line(ratio)}" for ratio in generation_ratios]
     return "\n".join(lines) + "\n"
 
 
@@ -122,7 +183,7 @@ def plot(records: list[dict], path: Path) -> None:
     labels = [f"{r['name']}\n({r['impl']})" for r in records]
     fig, (ax_time, ax_mfu) = plt.subplots(1, 2, figsize=(max(8, 1.6 * len(records)), 4.5))
     ax_time.bar(labels, [r["step_time_median_s"] for r in records], color="tab:blue")
-    ax_time.set_title("step time, median (s)")
+    ax_time.set_title("step time, median (s; generation: a decode step)")
     mfu = [100 * r["mfu"] if r["mfu"] is not None else 0 for r in records]
     ax_mfu.bar(labels, mfu, color="tab:green")
     ax_mfu.set_title("MFU % (vs peak measured in the same run)")
@@ -133,8 +194,9 @@ def plot(records: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def write(results: dict, ratios, out_dir: Path) -> None:
+def write(results: dict, ratios, out_dir: Path, generation_ratios=()) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "results.json").write_text(json.dumps({**results, "ratios": ratios}, indent=1))
-    (out_dir / "results.md").write_text(markdown(results, ratios))
+    (out_dir / "results.json").write_text(json.dumps(
+        {**results, "ratios": ratios, "generation_ratios": list(generation_ratios)}, indent=1))
+    (out_dir / "results.md").write_text(markdown(results, ratios, generation_ratios))
     plot(results["records"], out_dir / "results.png")

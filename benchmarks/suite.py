@@ -1,4 +1,6 @@
-"""Benchmark suites: YAML lists of entries (model, presets, batch, sequence, topology)."""
+"""Benchmark suites: YAML lists of entries (model, presets, batch, sequence, topology). An
+entry with `max_new_tokens` measures generation (benchmarks/generation.py) instead of a
+training step: `global_batch_size` prompts of `seq_len` tokens each."""
 
 from __future__ import annotations
 
@@ -24,6 +26,8 @@ class Entry:
     overrides: list[str] = dataclasses.field(default_factory=list)
     # Extra MaxText config keys for `--compare maxtext` (e.g. remat_policy=minimal).
     maxtext: list[str] = dataclasses.field(default_factory=list)
+    # A generation entry: new tokens a prompt (at least 2: the first comes from the prefill)
+    max_new_tokens: int | None = None
 
     def train_overrides(self) -> list[str]:
         """The `zoo train` config for this entry, on synthetic data."""
@@ -82,11 +86,14 @@ def _check_entry(raw: dict, where: str, fields: set[str]) -> None:
     for key, example in REQUIRED.items():
         if not isinstance(raw.get(key), str) or not raw[key]:
             raise UserError(f"{where} needs a `{key}:`, e.g. {key}: {example}")
-    for key in ("global_batch_size", "seq_len"):
+    for key, least in (("global_batch_size", 1), ("seq_len", 1), ("max_new_tokens", 2)):
         value = raw.get(key)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool)
-                                  or value < 1):
-            raise UserError(f"{where}: {key} must be a whole number >= 1, not {value!r}")
+                                  or value < least):
+            raise UserError(f"{where}: {key} must be a whole number >= {least}, not {value!r}")
+    if raw.get("max_new_tokens") is not None and raw.get("seq_len") is None:
+        raise UserError(f"{where}: a generation entry (max_new_tokens) needs `seq_len:`, "
+                        "each prompt's length")
     for key in ("overrides", "maxtext"):
         if not isinstance(raw.get(key, []), list):
             raise UserError(f"{where}: {key} must be a list of key=value strings")

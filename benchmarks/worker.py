@@ -4,6 +4,7 @@
 
 The harness starts one process per entry because the XLA device count is fixed per process.
 Steps run on one synthetic batch already on the device, so only the step itself is timed.
+A generation entry times generate calls instead (benchmarks/generation.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import sys
 import tempfile
 import time
 
+from benchmarks import generation
 from benchmarks.peers import PEERS
 from benchmarks.suite import Entry
 from core.backends.xla.profile import start_trace, stop_trace
@@ -22,7 +24,10 @@ from core.hosts import current
 from zoo.app.train import build_engine
 
 
-def measure(entry: Entry, steps: int, peer: str | None, profile_dir: str | None) -> dict:
+def measure(entry: Entry, steps: int, peer: str | None, profile_dir: str | None,
+            beside: str | None = None) -> dict:
+    if entry.max_new_tokens:  # `steps` timed generate calls (`beside`'s alternating)
+        return generation.measure(entry, steps, peer, profile_dir, beside)
     with tempfile.TemporaryDirectory() as scratch:
         if peer == "dtensor":  # zoo's model on the other backend, one process per device
             _, engine = build_engine(entry.run(f"out={scratch}"), backend="dtensor")
@@ -105,7 +110,8 @@ def _time_steps(engine, steps: int, profile_dir: str | None) -> dict:
 
 def main(argv: list[str]) -> None:
     job = json.loads(argv[0])
-    record = measure(Entry(**job["entry"]), job["steps"], job.get("peer"), job.get("profile"))
+    record = measure(Entry(**job["entry"]), job["steps"], job.get("peer"), job.get("profile"),
+                     job.get("beside"))
     if current().main:  # one record from a dtensor entry's processes
         print(json.dumps(record))
 
