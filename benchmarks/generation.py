@@ -126,25 +126,18 @@ class _ZooSide(_Side):
     (zoo/app/generate.py load_sampler) from the host weights."""
 
     def __init__(self, run, weights, ids, entry: Entry):
-        from core import backends  # torch_xla
-        from core.backends.xla.runtime import start  # torch_xla
-        from core.sampler import Sampler, SamplerShape, SamplingParams
-        from zoo.app.train import select_runtime  # the trainer's runtime selection
+        from core.sampler import SamplingParams
+        from zoo.app.generate import SamplerRows, device_sampler
 
         super().__init__(entry)
         family, cfg, topo = run.family, run.config, run.topology
         model_config = family.model_for(cfg.model, topo, cfg.mesh)
         model = family.build(model_config, init=False)
         model.load_state_dict(weights)
-        select_runtime(topo)
-        start()
-        self.backend = backends.get("xla")
+        self.sampler, self.backend = device_sampler(
+            run, model, model_config, topo,
+            SamplerRows(len(ids), entry.max_new_tokens, entry.seq_len))
         self.bf16 = cfg.runs_in_bf16(topo)
-        model, _, mesh, sizes = self.backend.prepare(model, run.rules, cfg.mesh, False)
-        shape = SamplerShape.for_model(model_config, len(ids), entry.max_new_tokens,
-                                       entry.seq_len, sizes)
-        self.sampler = Sampler(model, family.cache_layout(model_config), shape=shape,
-                               backend=self.backend, mesh=mesh, bf16=self.bf16)
         self.params = SamplingParams(max_new_tokens=entry.max_new_tokens)  # greedy, no stop
         self.ids = ids
         self.warm_compiles = 0

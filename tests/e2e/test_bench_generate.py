@@ -26,6 +26,7 @@ def bench(tmp_path, suite, *args, timeout=600):
     return result, json.loads((tmp_path / "out" / "results.json").read_text())
 
 
+@pytest.mark.slow  # a minute on 2 busy cores; tests/unit/test_bench_generation.py is the default
 def test_generation_is_timed_beside_transformers_generate_making_the_same_tokens(tmp_path):
     suite = tmp_path / "suite.yaml"
     suite.write_text(SUITE)

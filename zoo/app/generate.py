@@ -288,9 +288,8 @@ def generate_texts(path: str, prompts: list[str], asked: Asked, *, tpu: str | No
         new, skip_special_tokens=True))
     done = _texts(tokenizer, ids, out.tokens, asked.stops, out.finish)
     timings = out.timings
-    rate = timings.new_tokens / timings.decode_s if timings.decode_s else 0.0
     done.stats = (f"prefill {timings.prefill_s:.2f} s, decode {timings.decode_s:.2f} s, "
-                  f"{timings.new_tokens} new tokens ({rate:.0f} tokens/s), "
+                  f"{timings.new_tokens} new tokens ({timings.tokens_per_s:.0f} tokens/s), "
                   f"{timings.compiles} compiles ({timings.compile_s:.1f} s) on {devices} "
                   f"device{'s' if devices > 1 else ''}")
     return done
@@ -301,28 +300,45 @@ def load_sampler(run, path: str, tpu: str | None, rows: int, max_new_tokens: int
     """(a device sampler on the run's weights, the devices it runs on): the model built for
     the slice (`tpu`, else the run's own), its weights (LoRA adapters merged) loaded and
     sharded by the run's preset on the xla backend, in the run's evaluation precision."""
-    from core import backends, topology  # torch_xla
-    from core.backends.xla.runtime import start  # torch_xla
-    from zoo.app.train import select_runtime  # the trainer's runtime selection
+    from core import topology
 
-    family, cfg = run.family, run.config
     topo = topology.parse(tpu) if tpu else run.topology
     # the weights read and checked on the host first: a damaged run is refused before XLA
     checkpoint, weights = model_weights(path)
-    model_config = family.model_for(cfg.model, topo, cfg.mesh)
-    model = family.build(model_config, init=False)
+    model_config = run.family.model_for(run.config.model, topo, run.config.mesh)
+    model = run.family.build(model_config, init=False)
     refuse_misfit(checkpoint, first_misfit(
         {k: list(v.shape) for k, v in model.state_dict().items()},
         {k: list(v.shape) for k, v in weights.items()}))
     model.load_state_dict(weights)
+    sampler, backend = device_sampler(run, model, model_config, topo,
+                                      SamplerRows(rows, max_new_tokens, longest_prompt))
+    return sampler, backend.device_count()
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplerRows:
+    rows: int
+    max_new_tokens: int
+    longest_prompt: int
+
+
+def device_sampler(run, model, model_config, topo, asked: SamplerRows):
+    """(a sampler on `model`, host weights loaded, placed by the run's preset on the xla
+    backend for `topo` in the run's evaluation precision; that backend)."""
+    from core import backends  # torch_xla
+    from core.backends.xla.runtime import start  # torch_xla
+    from zoo.app.train import select_runtime  # the trainer's runtime selection
+
     select_runtime(topo)
     start()
     backend = backends.get("xla")
-    model, _, mesh, sizes = backend.prepare(model, run.rules, cfg.mesh, False)
-    shape = SamplerShape.for_model(model_config, rows, max_new_tokens, longest_prompt, sizes)
-    sampler = Sampler(model, family.cache_layout(model_config), shape=shape, backend=backend,
-                      mesh=mesh, bf16=cfg.runs_in_bf16(topo))
-    return sampler, backend.device_count()
+    model, _, mesh, sizes = backend.prepare(model, run.rules, run.config.mesh, False)
+    shape = SamplerShape.for_model(model_config, asked.rows, asked.max_new_tokens,
+                                   asked.longest_prompt, sizes)
+    sampler = Sampler(model, run.family.cache_layout(model_config), shape=shape,
+                      backend=backend, mesh=mesh, bf16=run.config.runs_in_bf16(topo))
+    return sampler, backend
 
 
 def _texts(tokenizer, prompts: list[list[int]], news: list[list[int]], stops: tuple[str, ...],
