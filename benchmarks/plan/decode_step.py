@@ -23,12 +23,12 @@ from benchmarks.plan.tpu_compile import (
     tpu_devices,
 )
 from core import backends
-from core.backends.xla.entry_parameters import entry_parameter_numbers
 from core.backends.xla.pallas_tpu import pallas_lowering_for_tpu
 from core.backends.xla.runtime import start
 from core.backends.xla.spmd import build_mesh, divisible_spec, shard_activations
 from core.backends.xla.trace import (
     Placeholders,
+    entry_parameter_numbers,
     hlo_sharding_text,
     placeholder_model,
     sharded_hlo_text,

@@ -148,7 +148,7 @@ def sharded_hlo_text(outputs: list[torch.Tensor], updated: list[torch.Tensor],
     # no API version, which XLA's HLO parser refuses; they take the original one
     text = text.replace("api_version=API_VERSION_UNSPECIFIED", "api_version=API_VERSION_ORIGINAL")
     ids, values = torch_xla._XLAC._get_tensors_xla_device_data_node(everything)
-    position = {tensor_id: index for index, tensor_id in enumerate(ids)}
+    position = entry_parameter_numbers(everything, ids)
     input_sharding = {}
     unplanned = 0
     for index, (tensor_id, value) in enumerate(zip(ids, values)):
@@ -168,6 +168,20 @@ def sharded_hlo_text(outputs: list[torch.Tensor], updated: list[torch.Tensor],
             aliases[len(outputs) + offset] = position[read_as]
     text = _shard_root(text, output_sharding)
     return _alias_outputs(text, aliases), unplanned
+
+
+def entry_parameter_numbers(outputs: list[torch.Tensor],
+                            ids: list[int] | None = None) -> dict[int, int]:
+    """torch_xla tensor id -> entry parameter number in the graph computing `outputs` (in
+    `sharded_hlo_text`'s text for the same outputs): torch_xla numbers a graph's device data,
+    placeholders included, in the order it finds them from the outputs. `ids`: that order,
+    when the caller has it already. The plans read a compiled program's per-chip bytes of
+    chosen inputs (a decode step's KV cache) by it."""
+    if ids is None:
+        import torch_xla  # torch_xla
+
+        ids, _ = torch_xla._XLAC._get_tensors_xla_device_data_node(outputs)
+    return {tensor_id: number for number, tensor_id in enumerate(ids)}
 
 
 _PARAMETER = re.compile(r"^(\s*%\S+ = [^=]*? parameter\((\d+)\))(.*)$")
