@@ -2,7 +2,8 @@
 
 A family describes what each attention call keeps per token (`LayerLayout`: its `Stream`s,
 full keys and values for grouped-query attention, MLA's compressed latent) and whether the
-layer sees only a sliding window (then a ring of `window` slots holds its last keys). While
+layer sees only a sliding window (then a ring of `window` slots holds its last keys) or
+attends to the prompt's encoding (an encoder-decoder's cross-attention). While
 the sampler runs, every attention module whose class declares `kv_cache = None` holds this
 cache, and each forward hands the layers their caches in call order (`next`): per-module
 state could not tell the layers of a scanned stack apart (one template module serves them
@@ -30,10 +31,12 @@ class Stream:
 @dataclasses.dataclass(frozen=True)
 class LayerLayout:
     """A layer's streams; `window` > 0: it attends to its last `window` positions only, so
-    `window` slots suffice (a ring) when the cache is longer."""
+    `window` slots suffice (a ring) when the cache is longer. `cross`: it attends to the
+    encoded prompt, whose keys the prefill writes once and every decode step reads."""
 
     streams: tuple[Stream, ...]
     window: int = 0
+    cross: bool = False
 
 
 class CacheOrderError(RuntimeError):
@@ -51,14 +54,19 @@ class Cached:
 
 
 class LayerCache:
-    def __init__(self, owner: GenerationCache, streams: dict[str, torch.Tensor], ring: int):
-        self.owner, self.streams, self.ring = owner, streams, ring
+    def __init__(self, owner: GenerationCache, streams: dict[str, torch.Tensor], ring: int,
+                 cross: bool):
+        self.owner, self.streams, self.ring, self.cross = owner, streams, ring, cross
 
     def update(self, **columns: torch.Tensor) -> Cached | None:
         """Write this forward's columns ([rows, tokens, *per_token] per stream). Prefill
         writes the right-padded prompts (a ring: each slot's latest prompt column) and returns
         None: the model attends as in training. A decode step writes one column per row, at
-        its position (a ring: position mod window), and returns the whole cache."""
+        its position (a ring: position mod window), and returns the whole cache. A cross
+        layer's columns are the encoded prompt's, written by the prefill only (`read`)."""
+        if self.cross and self.owner.cursor is not None:
+            raise CacheOrderError("a decode step wrote a cross-attention cache: the prefill "
+                                  "writes the encoded prompt once, decode steps `read` it")
         if columns.keys() != self.streams.keys():
             raise CacheOrderError(f"a layer wrote streams {sorted(columns)}; its layout has "
                                   f"{sorted(self.streams)}")
@@ -80,6 +88,17 @@ class LayerCache:
         positions = owner.ring_positions[self.ring] if self.ring else owner.key_positions
         return Cached(self.streams, positions, owner.cursor[:, None])
 
+    def read(self) -> Cached | None:
+        """A cross layer's decode step: the encoded prompt's streams, every prompt column at
+        position 0 and padding at -1, so each query sees the whole prompt and nothing else.
+        None at the prefill, which writes them (`update`)."""
+        owner = self.owner
+        if not self.cross:
+            raise CacheOrderError("only a cross-attention layer reads its cache unwritten")
+        if owner.cursor is None:
+            return None
+        return Cached(self.streams, owner.source_positions, owner.cursor[:, None])
+
 
 class GenerationCache:
     """The caches of every layer for `rows` rows: a full layer's slot c holds the token at
@@ -96,11 +115,14 @@ class GenerationCache:
             self.layers.append(LayerCache(self, {
                 stream.name: placement.zeros((rows, ring or slots, *stream.per_token), dtype,
                                              stream.spec)
-                for stream in layer.streams}, ring))
+                for stream in layer.streams}, ring, layer.cross))
         # each row's index among the rows this process holds (all of them on XLA's SPMD)
         held = placement.zeros((rows,), torch.long, ("batch",))
         self.row_index = held + torch.arange(held.shape[0], device=held.device)
         self.key_positions = placement.rows(torch.arange(slots).expand(rows, slots).contiguous())
+        # the cross layers' keys: 0 at the encoded prompt's columns, -1 past it (`read`)
+        self.source_positions = (placement.zeros((rows, slots), torch.long, ("batch", None))
+                                 if any(layer.cross for layer in layout) else None)
         # per window: the position each slot holds, shared by the layers with that window,
         # and at prefill the prompt column each slot takes
         self.ring_positions = {layer.ring: placement.rows(torch.full((rows, layer.ring), -1))
@@ -121,8 +143,12 @@ class GenerationCache:
             for module in hooked:
                 del module.kv_cache
 
-    def prefill(self, lengths: torch.Tensor):
-        """The forward of right-padded prompts of `lengths` [rows] tokens."""
+    def prefill(self, lengths: torch.Tensor, source_lengths: torch.Tensor | None = None):
+        """The forward of right-padded prompts of `lengths` [rows] tokens (an encoder-decoder:
+        the decoder's start, and `source_lengths` the encoded prompts' tokens)."""
+        if self.source_positions is not None:
+            columns = torch.arange(self.source_positions.shape[1], device=lengths.device)
+            self.source_positions.copy_(torch.where(columns < source_lengths[:, None], 0, -1))
         for ring, positions in self.ring_positions.items():
             slots = torch.arange(ring, device=lengths.device)
             back = lengths[:, None] - 1 - slots  # how far before the last prompt token

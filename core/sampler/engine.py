@@ -1,8 +1,9 @@
 """The sampler: batches of prompts generated on the model's device with a static-shape cache.
 
 Prompts are right-padded to a bucket, so a row's positions equal its cache columns; the
-prefill is the training forward (one graph per bucket), then each decode step feeds every
-row's last token at its own position. All state a step reads or writes is a device tensor
+prefill is the training forward (one graph per bucket; an encoder-decoder's: the encoder,
+then the decoder's start token), then each decode step feeds every row's last token at its
+own position. All state a step reads or writes is a device tensor
 and no Python number that changes between steps enters it, so on XLA the step traces to the
 same graph every token. The host looks at the state only every `check_every` tokens (all
 done yet? a stop string?)."""
@@ -21,6 +22,7 @@ from core.remat import LayerStack
 from core.sampler.cache import GenerationCache, LayerLayout
 from core.sampler.params import SamplerShape, SamplingParams
 from core.sampler.placement import OnBackend, OnDevice
+from core.sampler.prompting import prompting_for
 from core.sampler.sampling import choose
 from core.sampler.stops import StopMatcher
 
@@ -90,12 +92,12 @@ class _Draw:
 
 
 class Sampler:
-    """Generates with `model` (a decoder with `hidden_states(ids, segment_ids, positions)`
-    and `logits(hidden)`) whose attention writes the cache `layout` describes. With a
-    `backend` (and the `mesh` its `prepare` returned) the model is the prepared one: cache
-    and state are split by row as its activations are, every forward goes through
-    `backend.run` and each step ends with `backend.sync` (XLA: one graph traced and run);
-    without one, eagerly on the model's device. `bf16`: the run's evaluation precision
+    """Generates with `model` (`logits(hidden)`, and a decoder's or an encoder-decoder's
+    forward: core/sampler/prompting.py) whose attention writes the cache `layout`
+    describes. With a `backend` (and the `mesh` its `prepare` returned) the model is the
+    prepared one: cache and state are split by row as its activations are, every forward
+    goes through `backend.run` and each step ends with `backend.sync` (XLA: one graph traced
+    and run); without one, eagerly on the model's device. `bf16`: the run's evaluation precision
     (`backend.autocast`); log-probs are computed in fp32 either way."""
 
     def __init__(self, model: nn.Module, layout: list[LayerLayout], *, shape: SamplerShape,
@@ -103,6 +105,7 @@ class Sampler:
         """`placement`: where tensors are made, when neither the backend's nor the model's
         device (core/sampler/placement.py `Traced`: placeholders, for `trace_decode`)."""
         self.model, self.layout, self.shape, self.bf16 = model, layout, shape, bf16
+        self.prompting = prompting_for(layout)
         first = next(model.parameters())
         self.device = first.device
         self.dtype = torch.bfloat16 if bf16 else first.dtype
@@ -174,6 +177,7 @@ class Sampler:
             ids[row, :len(prompt)] = torch.tensor(prompt)
         lengths = torch.tensor([len(p) for p in prompts] + [1] * (rows - len(prompts)))
         padding = torch.arange(rows) >= len(prompts)
+        first = self.prompting.first_columns(lengths)
         draw = self._draw(params, sample_ids)
         started = time.perf_counter()
         with self._cache() as cache:
@@ -181,8 +185,9 @@ class Sampler:
             # it keeps (start). Were they one, the first step's graph would take one input
             # where the next steps take two: a second compile
             state = place.run(self._prefill, cache, place.rows(ids), place.rows(lengths),
-                              place.rows(lengths), place.rows(padding),
-                              place.rows(lengths + params.max_new_tokens), draw)
+                              place.rows(first), place.rows(first),
+                              place.rows(padding), place.rows(first + params.max_new_tokens),
+                              draw)
             place.sync()
             all_done = bool(place.host(state.done).all())
             timings.prefill_s += time.perf_counter() - started
@@ -257,29 +262,25 @@ class Sampler:
         return DecodeState(per_row(torch.long), per_row(torch.int32), per_row(torch.long),
                            per_row(torch.long), per_row(torch.bool), *self._new_columns())
 
-    def _prefill(self, cache, ids, lengths, start, padding, limit, draw) -> DecodeState:
-        """The prompts' forward (writing their keys and values) and each row's first token,
-        sampled from the hidden state of its last prompt token."""
-        with cache.prefill(lengths):
-            hidden = self.model.hidden_states(ids)
-        index = (lengths - 1)[:, None, None].expand(-1, 1, hidden.shape[-1])
-        logits = self.model.logits(hidden.gather(1, index)[:, 0])
-        token, logprob = choose(logits, greedy=draw.greedy, temperature=draw.temperature,
-                                top_k=draw.top_k, top_p=draw.top_p, seed=draw.seed,
-                                sample_ids=draw.sample_ids, index=torch.zeros_like(lengths))
+    def _prefill(self, cache, ids, lengths, cur, start, padding, limit, draw) -> DecodeState:
+        """The prompts' forward (writing the cache) and each row's first token, sampled from
+        the hidden state it follows, placed at its first new column (`cur`, = `start`)."""
+        hidden = self.prompting.prefill(self.model, cache, ids, lengths)
+        token, logprob = choose(self.model.logits(hidden), greedy=draw.greedy,
+                                temperature=draw.temperature, top_k=draw.top_k,
+                                top_p=draw.top_p, seed=draw.seed, sample_ids=draw.sample_ids,
+                                index=torch.zeros_like(lengths))
         tokens, logprobs = self._new_columns()
-        tokens.index_put_((cache.row_index, lengths), token)
-        logprobs.index_put_((cache.row_index, lengths), logprob)
-        done = padding | _stops(token, draw.stop_ids) | (lengths + 1 >= limit)
-        return DecodeState(lengths, token, start, limit, done, tokens, logprobs)
+        tokens.index_put_((cache.row_index, start), token)
+        logprobs.index_put_((cache.row_index, start), logprob)
+        done = padding | _stops(token, draw.stop_ids) | (start + 1 >= limit)
+        return DecodeState(cur, token, start, limit, done, tokens, logprobs)
 
     def _decode(self, cache, state: DecodeState, hits, draw) -> DecodeState:
         """One token for every row: the last token at its position in, the next one out. A
         row done before the step keeps its tokens and its place."""
-        with cache.decode(state.cur):
-            hidden = self.model.hidden_states(state.last[:, None].long(), None,
-                                              state.cur[:, None])
-        token, logprob = choose(self.model.logits(hidden[:, 0]), greedy=draw.greedy,
+        hidden = self.prompting.step(self.model, cache, state.last, state.cur)
+        token, logprob = choose(self.model.logits(hidden), greedy=draw.greedy,
                                 temperature=draw.temperature, top_k=draw.top_k,
                                 top_p=draw.top_p, seed=draw.seed, sample_ids=draw.sample_ids,
                                 index=state.cur + 1 - state.start)

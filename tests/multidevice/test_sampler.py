@@ -5,7 +5,8 @@ and 4 devices, and a call compiles one prefill per prompt bucket it uses plus on
 step, while another call that changes only the number of new tokens, the temperature or the
 seed compiles nothing. Slow: the same greedy checks under fsdp=4; bf16 run as the run's
 evaluation pass does, its log-probs in fp32; on the dtensor backend with 2 processes (each
-its contiguous rows) greedy tokens are transformers' too. The worker:
+its contiguous rows) greedy tokens are transformers' too. T5 (an encoder-decoder) on the
+same meshes: greedy tokens transformers', one decode step compiled. The worker:
 tests/support/sampler_worker.py (one process per device count)."""
 
 import subprocess
@@ -17,7 +18,7 @@ import transformers
 
 from core.precision import compute_in
 from core.sampler import Sampler, SamplerShape
-from tests.support import llama_cases, sampler_worker
+from tests.support import llama_cases, sampler_worker, t5_cases
 from tests.support.paths import ROOT
 from tests.support.runs import env
 from tests.support.xla_harness import run_workers
@@ -154,3 +155,26 @@ def test_dtensor_processes_each_generate_their_rows(model, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     found = torch.load(out, weights_only=False)
     assert found["tokens"] == hf_greedy(model)
+
+
+def t5_hf_greedy() -> list[list[int]]:
+    """transformers' greedy new tokens for the worker's T5 prompts. Without its cache:
+    transformers 5.24's T5 cache holds `num_layers` decoder layers, too few for the cases'
+    decoder, deeper than its encoder."""
+    theirs = t5_cases.hf_model(t5_cases.FAMILY.build(t5_cases.CONFIG, seed=0))
+    theirs.generation_config.eos_token_id = None
+    return [theirs.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt)),
+                            do_sample=False, max_new_tokens=sampler_worker.NEW_TOKENS,
+                            use_cache=False)[0, 1:].tolist()
+            for prompt in sampler_worker.T5_PROMPTS]
+
+
+def test_t5_is_greedy_as_transformers_and_compiles_one_decode_step(results):
+    expected = t5_hf_greedy()
+    for devices, preset in RUNS:
+        found = results[devices][f"t5 {preset}"]
+        assert found["greedy"]["tokens"] == expected, (devices, preset)
+        assert found["greedy"]["compiles"] == BUCKETS_USED + 1, (devices, preset)
+        assert found["greedy_shorter"]["compiles"] == 0, (devices, preset)
+        shorter = [tokens[:sampler_worker.NEW_TOKENS - 4] for tokens in expected]
+        assert found["greedy_shorter"]["tokens"] == shorter, (devices, preset)

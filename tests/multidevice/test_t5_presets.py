@@ -3,27 +3,15 @@ on/off), every sharding x remat preset on 8 devices vs 1, and loading a transfor
 checkpoint directory."""
 
 import torch
-import transformers
 
 from tests.support import t5_cases
 from tests.support.family_presets import FamilyPresetTests
-from tests.support.t5_cases import CONFIG, batch, forward
+from tests.support.t5_cases import CONFIG, batch, forward, hf_model
 from zoo.t5.family import FAMILY
-from zoo.t5.hf import EMBEDDING_ALIASES, load_hf
+from zoo.t5.hf import load_hf
 
 # fp32; eager CPU runs the same kernels as transformers.
 EAGER_TOL = {"rtol": 1e-5, "atol": 1e-5}
-
-
-def hf_model(ours, config=CONFIG):
-    """transformers' T5 with our weights. transformers 5 ties T5's LM head to the embedding
-    when built from a config (it unties on loading a checkpoint that has both), so untie it
-    here: T5 v1.1 has a separate head."""
-    hf = transformers.T5ForConditionalGeneration(config.to_hf()).eval()
-    hf.lm_head.weight = torch.nn.Parameter(torch.empty_like(hf.lm_head.weight))
-    state = ours.state_dict()
-    hf.load_state_dict({**state, **{alias: state["shared.weight"] for alias in EMBEDDING_ALIASES}})
-    return hf
 
 
 class TestPresets(FamilyPresetTests):

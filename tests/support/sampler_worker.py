@@ -7,7 +7,9 @@ both batch and head splits) and four calls of one sampler, each with the graphs 
 compiled: greedy, greedy with fewer new tokens, sampled (temperature, top-k, top-p, seed)
 and sampled again with another temperature, seed and length. `slow` adds the rest: on 4
 devices fsdp=4 (greedy twice), on 1 a greedy call in bf16 (the run's evaluation precision)
-on the four short prompts. Few calls: every graph is a compile, the suite's CPU is tight.
+on the four short prompts. T5 (an encoder-decoder: zoo/t5/generation.py) on the same meshes,
+greedy twice, on the prompts folded into its vocabulary. Few calls: every graph is a
+compile, the suite's CPU is tight.
 
     python -m tests.support.sampler_worker OUT.pt [slow]   # PJRT_DEVICE=CPU CPU_NUM_DEVICES=N
     torchrun --nproc-per-node 2 -m tests.support.sampler_worker OUT.pt dtensor   # greedy only
@@ -26,7 +28,7 @@ from core.backends.xla.runtime import start  # noqa: E402
 from core.mesh import MeshConfig  # noqa: E402
 from core.sampler import Sampler, SamplerShape, SamplingParams  # noqa: E402
 from core.sharding import ShardingRules  # noqa: E402
-from tests.support import llama_cases  # noqa: E402
+from tests.support import llama_cases, t5_cases  # noqa: E402
 
 # six prompts, four rows a call on 1 and 4 devices: the four shortest in bucket 8, then the
 # two longest in bucket 16 beside two padding rows
@@ -47,19 +49,22 @@ GREEDY = ("greedy", "greedy_shorter")
 SHORT = [prompt for prompt in PROMPTS if len(prompt) <= BUCKETS[0]]
 MESHES = {1: {"fsdp": MeshConfig()}, 4: {"fsdp_tensor": MeshConfig(tensor=2)}}
 SLOW_MESHES = {1: {}, 4: {"fsdp": MeshConfig()}}
+T5_PROMPTS = [[3 + token % 90 for token in prompt] for prompt in PROMPTS]
+
 
 def config():
     return dataclasses.replace(llama_cases.CONFIG, attention="plain")
 
 
-def sampler(backend, preset: str, mesh_config: MeshConfig, bf16: bool) -> Sampler:
-    family = llama_cases.FAMILY
+def sampler(backend, preset: str, mesh_config: MeshConfig, bf16: bool,
+            family=llama_cases.FAMILY, model_config=None) -> Sampler:
+    model_config = model_config or config()
     rules = ShardingRules.from_yaml(family.preset("sharding", preset))
-    model, _, mesh, sizes = backend.prepare(family.build(config(), seed=0), rules, mesh_config,
-                                            bf16)
-    shape = SamplerShape.for_model(config(), ROWS, NEW_TOKENS, max(map(len, PROMPTS)),
+    model, _, mesh, sizes = backend.prepare(family.build(model_config, seed=0), rules,
+                                            mesh_config, bf16)
+    shape = SamplerShape.for_model(model_config, ROWS, NEW_TOKENS, max(map(len, PROMPTS)),
                                    sizes, BUCKETS)
-    return Sampler(model, family.cache_layout(config()), shape=shape, backend=backend,
+    return Sampler(model, family.cache_layout(model_config), shape=shape, backend=backend,
                    mesh=mesh, bf16=bf16)
 
 
@@ -90,6 +95,11 @@ def main(out: str, mode: str = "default"):
     meshes, calls = (SLOW_MESHES, GREEDY) if mode == "slow" else (MESHES, tuple(CALLS))
     results = {preset: run_mesh(backend, preset, mesh_config, calls)
                for preset, mesh_config in meshes[devices].items()}
+    if mode == "default":
+        for preset, mesh_config in MESHES[devices].items():
+            t5 = sampler(backend, preset, mesh_config, False, t5_cases.FAMILY, t5_cases.CONFIG)
+            results[f"t5 {preset}"] = {name: outputs(t5.generate(T5_PROMPTS, CALLS[name]))
+                                       for name in GREEDY}
     if mode == "slow" and devices == 1:
         bf16 = sampler(backend, "fsdp", MeshConfig(), bf16=True)
         results["bf16"] = outputs(bf16.generate(SHORT, CALLS["greedy"]))

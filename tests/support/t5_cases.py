@@ -7,6 +7,7 @@ from core.mesh import MeshConfig
 from zoo.data.text_pairs import pair_batch
 from zoo.t5.config import T5Config
 from zoo.t5.family import FAMILY  # noqa: F401 (the worker reads it)
+from zoo.t5.hf import EMBEDDING_ALIASES
 from zoo.tasks.seq2seq import SEQ2SEQ
 
 CONFIG = T5Config(vocab_size=96, d_model=32, d_kv=8, d_ff=64, num_layers=2,
@@ -32,3 +33,16 @@ def forward(model, b):
     logits = model(b["input_ids"], b["attention_mask"], b["decoder_input_ids"],
                    b["decoder_attention_mask"])
     return SEQ2SEQ.loss(model, b)[0], logits
+
+
+def hf_model(ours, config=CONFIG):
+    """transformers' T5 with our weights. transformers 5 ties T5's LM head to the embedding
+    when built from a config (it unties on loading a checkpoint that has both), so untie it
+    here: T5 v1.1 has a separate head."""
+    import transformers  # here: the device-side workers import this module too
+
+    hf = transformers.T5ForConditionalGeneration(config.to_hf()).eval()
+    hf.lm_head.weight = torch.nn.Parameter(torch.empty_like(hf.lm_head.weight))
+    state = ours.state_dict()
+    hf.load_state_dict({**state, **{alias: state["shared.weight"] for alias in EMBEDDING_ALIASES}})
+    return hf

@@ -106,3 +106,29 @@ def test_a_ring_keeps_each_slots_latest_prompt_position_then_wraps():
                                                            [8, 9, 6, 7]]))
     assert torch.equal(cached.streams["k"][:, :, 0, 0],
                        torch.tensor([[0, 1, 2, -5], [-5, 1, 2, 3], [8, -5, 6, 7]]).float())
+
+
+def test_a_cross_layer_keeps_the_encoded_prompt_and_its_padding_unseen():
+    """The prefill writes the encoded prompt (its `source_lengths` columns seen at position 0,
+    the rest -1); a decode step reads it unchanged and may not write it."""
+    streams = (Stream("k", (KV_HEADS, DIM), ()), Stream("v", (KV_HEADS, DIM), ()))
+    cache = GenerationCache([LayerLayout(streams), LayerLayout(streams, cross=True)], rows=3,
+                            slots=SEQ, dtype=torch.float32,
+                            placement=OnDevice(torch.device("cpu")))
+    encoded = torch.randn(BATCH, 7, KV_HEADS, DIM)
+    first = torch.randn(BATCH, 1, KV_HEADS, DIM)
+    with cache.prefill(torch.ones(BATCH, dtype=torch.long), torch.tensor([7, 2, 5])):
+        cache.next().update(k=first, v=first)
+        cross = cache.next()
+        assert cross.read() is None
+        assert cross.update(k=encoded, v=encoded) is None
+    with cache.decode(torch.tensor([1, 1, 1])):
+        cache.next().update(k=first, v=first)
+        cached = cache.next().read()
+    torch.testing.assert_close(cached.streams["k"][:, :7], encoded)
+    assert cached.key_positions.tolist() == [[0] * 7 + [-1] * 3, [0] * 2 + [-1] * 8,
+                                             [0] * 5 + [-1] * 5]
+    with pytest.raises(CacheOrderError, match="decode step wrote a cross-attention cache"):
+        cross.update(k=first, v=first)
+    with pytest.raises(CacheOrderError, match="only a cross-attention layer"):
+        cache.layers[0].read()

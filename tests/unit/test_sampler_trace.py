@@ -14,12 +14,13 @@ from core import backends
 from core.sampler import Sampler, SamplerShape, SamplingParams
 from core.sampler.footprint import cache_bytes_per_device
 from core.sampler.placement import Traced
-from tests.support import gemma3_cases, llama_cases
+from tests.support import gemma3_cases, llama_cases, t5_cases
 
 SHAPE = SamplerShape(rows=3, slots=24, buckets=(8, 16))  # gemma3's windows (8, 5) < slots
 PARAMS = SamplingParams(max_new_tokens=8, temperature=0.7, top_k=5, stop_token_ids=(1,))
 CASES = {"llama": (llama_cases.FAMILY, llama_cases.CONFIG),
-         "gemma3": (gemma3_cases.FAMILY, gemma3_cases.PARITY_CONFIGS["tied"])}
+         "gemma3": (gemma3_cases.FAMILY, gemma3_cases.PARITY_CONFIGS["tied"]),
+         "t5": (t5_cases.FAMILY, t5_cases.CONFIG)}  # an encoder-decoder: cross layers too
 
 
 def sampler(name, placement=None):
@@ -39,8 +40,9 @@ def test_the_traced_step_reads_what_the_prefill_leaves_and_returns_the_same(name
     prompts = torch.tensor([[5, 17, 42, 0, 0, 0, 0, 0]] * SHAPE.rows)
     lengths = torch.tensor([3] * SHAPE.rows)
     with ours._generating(), ours._cache() as cache:
-        prefilled = ours._prefill(cache, prompts, lengths, lengths,
-                                  torch.zeros(SHAPE.rows, dtype=torch.bool), lengths + 8,
+        first = ours.prompting.first_columns(lengths)
+        prefilled = ours._prefill(cache, prompts, lengths, first, first,
+                                  torch.zeros(SHAPE.rows, dtype=torch.bool), first + 8,
                                   ours._draw(PARAMS, [0, 1, 2]))
     traced = ours.trace_decode(PARAMS)
     assert kinds(traced.before) == kinds(prefilled)

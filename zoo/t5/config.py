@@ -32,6 +32,10 @@ class T5Config:
                                   "relative_attention_max_distance"),
                     positive=("layer_norm_epsilon",))
 
+    @property
+    def decoder_start_token_id(self) -> int:
+        return self.pad_token_id
+
     def mesh_divides(self) -> dict[str, dict[str, int]]:
         """Mesh axis -> the sizes it splits under this family's presets, which it must divide."""
         return {"tensor": {"model.num_heads": self.num_heads, "model.d_ff": self.d_ff}}
@@ -45,7 +49,7 @@ class T5Config:
             feed_forward_proj="gated-gelu",
             tie_word_embeddings=False,
             dropout_rate=0.0,
-            decoder_start_token_id=self.pad_token_id,
+            decoder_start_token_id=self.decoder_start_token_id,
         )
 
     @classmethod

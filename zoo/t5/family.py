@@ -6,6 +6,7 @@ from core.memory import decoder_layer_activation_bytes
 from core.task import RunConfig
 from zoo.registry import ModelFamily
 from zoo.t5.config import SIZES, T5Config
+from zoo.t5.generation import t5_layout
 from zoo.t5.hf import config_from_hf, load_hf
 from zoo.t5.model import T5ForConditionalGeneration
 from zoo.tasks.seq2seq import SEQ2SEQ
@@ -68,4 +69,5 @@ FAMILY = ModelFamily(
     hf_config=T5Config.to_hf,
     config_from_hf=config_from_hf,
     load_hf=load_hf,
+    cache_layout=t5_layout,
 )

@@ -75,36 +75,73 @@ class T5Attention(nn.Module):
         if relative_bias:
             self.relative_attention_bias = nn.Embedding(self.buckets, config.num_heads)
 
-    def position_bias(self, q_len: int, k_len: int, device) -> torch.Tensor:
-        """[1, heads, q_len, k_len] learned bias of each key offset."""
-        relative = (
-            torch.arange(k_len, device=device)[None, :]
-            - torch.arange(q_len, device=device)[:, None]
-        )
+    def position_bias(self, relative: torch.Tensor) -> torch.Tensor:
+        """[..., heads, queries, keys] learned bias of each key's offset `relative`
+        [..., queries, keys] (key position - query position)."""
         bucket = relative_position_bucket(
             relative, self.bidirectional, self.buckets, self.max_distance
         )
-        return self.relative_attention_bias(bucket).permute(2, 0, 1)[None]
+        return self.relative_attention_bias(bucket).movedim(-1, -3)
 
     def forward(self, x, bias, keys=None):
         """`bias`: position bias plus mask, broadcastable to [B, heads, q_len, k_len]."""
         keys = x if keys is None else keys
-        batch = x.shape[0]
+        return self.attend(self.by_head(self.q(x)), self.by_head(self.k(keys)),
+                           self.by_head(self.v(keys)), bias)
 
-        def heads(t):
-            return t.view(batch, -1, self.heads, self.d_kv).transpose(1, 2)
+    def by_head(self, projected):
+        """[B, L, inner] -> [B, L, heads, d_kv] (as a sampler's cache stores keys)."""
+        return projected.view(*projected.shape[:2], self.heads, self.d_kv)
 
-        q, k, v = heads(self.q(x)), heads(self.k(keys)), heads(self.v(keys))
+    def attend(self, q, k, v, bias):
         # einsum, not @: `@` merges batch and heads, and libtpu then gathers tensor-split heads
-        scores = torch.einsum("bhqd,bhkd->bhqk", q, k).float() + bias  # T5: no 1/sqrt(d) scaling
-        attended = torch.einsum("bhqk,bhkd->bhqd", scores.softmax(-1).to(v.dtype), v)
-        return self.o(attended.transpose(1, 2).reshape(batch, -1, self.heads * self.d_kv))
+        scores = torch.einsum("bqhd,bkhd->bhqk", q, k).float() + bias  # T5: no 1/sqrt(d)
+        attended = torch.einsum("bhqk,bkhd->bqhd", scores.softmax(-1).to(v.dtype), v)
+        return self.o(attended.reshape(*attended.shape[:2], self.heads * self.d_kv))
+
+
+class T5CausalSelfAttention(T5Attention):
+    """The decoder's self-attention. While a sampler generates (core/sampler) it writes its
+    keys and values to the cache, and a decode step attends over all of the cache, masked
+    by the bias the decoder computed from the cached positions."""
+
+    kv_cache = None
+
+    def forward(self, x, bias, keys=None):
+        if self.kv_cache is None:
+            return super().forward(x, bias)
+        q, k, v = self.by_head(self.q(x)), self.by_head(self.k(x)), self.by_head(self.v(x))
+        cached = self.kv_cache.next().update(k=k, v=v)
+        if cached is not None:
+            k, v = cached.streams["k"], cached.streams["v"]
+        return self.attend(q, k, v, bias)
+
+
+class T5CrossAttention(T5Attention):
+    """The decoder's attention over the encoder output. While a sampler generates, the
+    prefill writes the encoded prompt's keys and values to the cache once and every decode
+    step reads them (`keys` is then None)."""
+
+    kv_cache = None
+
+    def forward(self, x, bias, keys=None):
+        if self.kv_cache is None:
+            return super().forward(x, bias, keys)
+        layer = self.kv_cache.next()
+        cached = layer.read()
+        if cached is None:
+            k, v = self.by_head(self.k(keys)), self.by_head(self.v(keys))
+            layer.update(k=k, v=v)
+        else:
+            k, v = cached.streams["k"], cached.streams["v"]
+        return self.attend(self.by_head(self.q(x)), k, v, bias)
 
 
 class T5LayerSelfAttention(nn.Module):
     def __init__(self, config: T5Config, relative_bias: bool, bidirectional: bool):
         super().__init__()
-        self.SelfAttention = T5Attention(config, relative_bias, bidirectional)
+        attention = T5Attention if bidirectional else T5CausalSelfAttention
+        self.SelfAttention = attention(config, relative_bias, bidirectional)
         self.layer_norm = T5LayerNorm(config.d_model, config.layer_norm_epsilon)
 
     def forward(self, x, bias):
@@ -114,7 +151,7 @@ class T5LayerSelfAttention(nn.Module):
 class T5LayerCrossAttention(nn.Module):
     def __init__(self, config: T5Config):
         super().__init__()
-        self.EncDecAttention = T5Attention(config)
+        self.EncDecAttention = T5CrossAttention(config)
         self.layer_norm = T5LayerNorm(config.d_model, config.layer_norm_epsilon)
 
     def forward(self, x, encoded, mask):
@@ -154,8 +191,9 @@ class T5Block(nn.Module):
         self.layer = nn.ModuleList([*layers, T5LayerFF(config)])
 
     def forward(self, x, bias, encoded=None, cross_mask=None):
+        """`encoded`: None in a sampler's decode step, whose cross-attention reads its cache."""
         x = self.layer[0](x, bias)
-        if encoded is not None:
+        if cross_mask is not None:
             x = self.layer[1](x, encoded, cross_mask)
         return self.layer[-1](x)
 
@@ -173,21 +211,41 @@ class T5Stack(nn.Module):
     def forward(self, embedded, mask, encoded=None, encoder_mask=None):
         """`mask`: [B, L] 1 for real tokens (keys); the decoder adds the causal mask."""
         length = embedded.shape[1]
-        attention = self.block[0].layer[0].SelfAttention
         keep = mask[:, None, None, :].bool()
         if self.is_decoder:
             keep = keep & torch.ones(length, length, dtype=torch.bool, device=mask.device).tril()
-        bias = attention.position_bias(length, length, embedded.device)
+        positions = torch.arange(length, device=embedded.device)
+        bias = self.attention_bias(positions[None, :] - positions[:, None])[None]
         bias = torch.where(keep, bias, torch.full_like(bias, MASKED))
         if encoded is None:
             return self.final_layer_norm(self.block(embedded, bias))
         cross = torch.where(encoder_mask[:, None, None, :].bool(), 0.0, MASKED)
         return self.final_layer_norm(self.block(embedded, bias, encoded, cross))
 
+    def decode_step(self, embedded, positions, cache):
+        """The decoder on tokens at `positions` [B, L] whose earlier keys and encoded prompt
+        are in a sampler's `cache` (core/sampler/cache.py): each query sees the cached
+        keys at or before its position, and the prompt's columns."""
+        keys = cache.key_positions[:, None, :]
+        relative = keys - positions[:, :, None]
+        bias = self.attention_bias(relative)
+        seen = ((keys >= 0) & (relative <= 0))[:, None]
+        bias = torch.where(seen, bias, torch.full_like(bias, MASKED))
+        cross = torch.where(cache.source_positions[:, None, None, :] >= 0, 0.0, MASKED)
+        return self.final_layer_norm(self.block(embedded, bias, None, cross))
+
+    def attention_bias(self, relative):
+        """Block 0's position bias, shared by every block of the stack."""
+        return self.block[0].layer[0].SelfAttention.position_bias(relative)
+
 
 class T5ForConditionalGeneration(nn.Module):
     """`forward(input_ids, attention_mask, decoder_input_ids, decoder_attention_mask)` ->
-    logits [B, target_len, vocab] (teacher forcing)."""
+    logits [B, target_len, vocab] (teacher forcing). A sampler (core/sampler/prompting.py's
+    `EncoderDecoder`) calls `encode`, `decoder_hidden_states` and `logits`; while it
+    generates, `kv_cache` is its cache."""
+
+    kv_cache = None
 
     def __init__(self, config: T5Config):
         super().__init__()
@@ -198,11 +256,25 @@ class T5ForConditionalGeneration(nn.Module):
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
 
     def forward(self, input_ids, attention_mask, decoder_input_ids, decoder_attention_mask):
-        encoded = self.encoder(self.shared(input_ids), attention_mask)
+        encoded = self.encode(input_ids, attention_mask)
         decoded = self.decoder(
             self.shared(decoder_input_ids), decoder_attention_mask, encoded, attention_mask
         )
-        return self.lm_head(decoded)
+        return self.logits(decoded)
+
+    def encode(self, input_ids, attention_mask):
+        return self.encoder(self.shared(input_ids), attention_mask)
+
+    def decoder_hidden_states(self, ids, positions=None, encoded=None, encoder_mask=None):
+        """The decoder's output for `ids` [B, L] from their start: over `encoded` (every
+        token kept); or, given `positions` and no encoding, a sampler's decode step over its
+        cache."""
+        if positions is None:
+            return self.decoder(self.shared(ids), torch.ones_like(ids), encoded, encoder_mask)
+        return self.decoder.decode_step(self.shared(ids), positions, self.kv_cache)
+
+    def logits(self, hidden):
+        return self.lm_head(hidden)
 
     def init_weights(self, seed: int = 0) -> None:
         """HF's T5 scheme (Mesh TensorFlow's), seeded: normal, std = factor / sqrt(fan-in);
