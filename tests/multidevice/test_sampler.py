@@ -6,7 +6,7 @@ step, while another call that changes only the number of new tokens, the tempera
 seed compiles nothing. Slow: the same greedy checks under fsdp=4; bf16 run as the run's
 evaluation pass does, its log-probs in fp32; on the dtensor backend with 2 processes (each
 its contiguous rows) greedy tokens are transformers' too. T5 (an encoder-decoder) on the
-same meshes: greedy tokens transformers', one decode step compiled. The worker:
+same meshes and on dtensor: greedy tokens transformers', one decode step compiled. The worker:
 tests/support/sampler_worker.py (one process per device count)."""
 
 import subprocess
@@ -154,7 +154,8 @@ def test_dtensor_processes_each_generate_their_rows(model, tmp_path):
                             timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     found = torch.load(out, weights_only=False)
-    assert found["tokens"] == hf_greedy(model)
+    assert found["llama"]["tokens"] == hf_greedy(model)
+    assert found["t5"]["tokens"] == t5_hf_greedy()
 
 
 def t5_hf_greedy() -> list[list[int]]:

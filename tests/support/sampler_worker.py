@@ -12,7 +12,7 @@ greedy twice, on the prompts folded into its vocabulary. Few calls: every graph 
 compile, the suite's CPU is tight.
 
     python -m tests.support.sampler_worker OUT.pt [slow]   # PJRT_DEVICE=CPU CPU_NUM_DEVICES=N
-    torchrun --nproc-per-node 2 -m tests.support.sampler_worker OUT.pt dtensor   # greedy only
+    torchrun --nproc-per-node 2 -m tests.support.sampler_worker OUT.pt dtensor   # greedy, + t5
 """
 
 import dataclasses
@@ -84,8 +84,10 @@ def run_mesh(backend, preset: str, mesh_config: MeshConfig, calls) -> dict:
 def main(out: str, mode: str = "default"):
     if mode == "dtensor":  # each process its contiguous rows, FSDP2 gathering weights
         backend = backends.get("dtensor")
-        found = outputs(sampler(backend, "fsdp", MeshConfig(), bf16=False).generate(
-            PROMPTS, CALLS["greedy"]))
+        found = {"llama": outputs(sampler(backend, "fsdp", MeshConfig(), bf16=False).generate(
+            PROMPTS, CALLS["greedy"]))}
+        t5 = sampler(backend, "fsdp", MeshConfig(), False, t5_cases.FAMILY, t5_cases.CONFIG)
+        found["t5"] = outputs(t5.generate(T5_PROMPTS, CALLS["greedy"]))
         if backend.process_index() == 0:
             torch.save(found, out)
         return
