@@ -6,8 +6,8 @@ folder) runs on XLA with every batch padded to a fixed batch size and a length b
 the graph compiles once per bucket instead of once per batch shape. Causal LMs score the
 concatenated request; seq2seq models (T5) encode the context and score the continuation by
 teacher forcing, as transformers does when given `labels`. Generating tasks (generate_until)
-continue their contexts with zoo's device sampler (core/sampler) on the same model: one
-prefill graph per prompt bucket and one decode step for every task.
+continue their contexts with zoo's device sampler (core/sampler) on the same model, either
+kind: one prefill graph per prompt bucket and one decode step for every task.
 """
 
 from __future__ import annotations
@@ -60,17 +60,17 @@ class ZooXLALM(HFLM):
     def _model_generate(self, context: torch.Tensor, max_length: int, stop: list[str],
                         attention_mask: torch.Tensor | None = None,
                         **generation_kwargs) -> torch.Tensor:
-        """lm-eval's batch of left-padded contexts continued by the device sampler: each row
-        the context as given, then its new tokens (up to max_length in all), right-padded.
+        """lm-eval's batch of left-padded contexts continued by the device sampler, as
+        transformers' `generate` answers it: each row right-padded, a causal LM's the context
+        as given then its new tokens (up to max_length in all), a seq2seq model's the
+        decoder's start token then its new tokens (max_length counts the decoder's tokens).
         `stop` strings and EOS end a row."""
-        if self.backend != "causal":
-            raise UserError("--device xla generates with causal language models only; run a "
-                            "seq2seq model's generating tasks with --device cpu or cuda")
         mask = torch.ones_like(context) if attention_mask is None else attention_mask
         prompts = [row[kept.bool()].tolist() for row, kept in zip(context, mask, strict=True)]
+        causal = self.backend == "causal"
         eos = self.tokenizer.eos_token_id
         params = SamplingParams(
-            max_new_tokens=max_length - context.shape[1],
+            max_new_tokens=max_length - (context.shape[1] if causal else 1),
             temperature=float(generation_kwargs.get("temperature") or 0.0)
             if generation_kwargs.get("do_sample") else 0.0,
             top_k=int(generation_kwargs.get("top_k") or 0),
@@ -79,17 +79,20 @@ class ZooXLALM(HFLM):
         pad = self.tokenizer.pad_token_id or 0
         out = self._sampler_for(max(map(len, prompts)), params.max_new_tokens).generate(
             prompts, params, decode=self.tok_decode, pad_id=pad)
-        rows = [row.tolist() + new for row, new in zip(context, out.tokens, strict=True)]
+        starts = (context.tolist() if causal
+                  else [[self.config.decoder_start_token_id]] * len(prompts))
+        rows = [start + new for start, new in zip(starts, out.tokens, strict=True)]
         width = max(map(len, rows))
         return torch.tensor([row + [pad] * (width - len(row)) for row in rows])
 
     def _sampler_for(self, longest: int, max_new_tokens: int) -> Sampler:
-        """The sampler, made at the first generating request with room for max_length
-        tokens (one decode graph serves every task), made again only for a request that
-        needs more."""
+        """The sampler, made at the first generating request with room for a causal LM's
+        max_length tokens (one decode graph serves every task; a seq2seq model has no such
+        bound, lm-eval's is its tokenizer's), made again only for a request that needs
+        more."""
         shape = SamplerShape.for_model(None, self.fixed_batch, max_new_tokens, longest)
         if self.sampler is None or shape.slots > self.sampler.shape.slots:
-            slots = max(shape.slots, self.max_length)
+            slots = max(shape.slots, self.max_length if self.backend == "causal" else 0)
             if self._family.cache_layout is None:
                 raise UserError(f"{self._family.name} has no device sampler yet, and its "
                                 "generating tasks need one with --device xla; run them with "

@@ -156,9 +156,10 @@ def test_generations_are_recorded_and_loglikelihoods_only_for_choices():
     assert per_choice_loglikelihoods(samples) == {"mc": [[-1.5, -0.5]]}
 
 
-def hf_folder(folder: Path, template: bool, weights: bool = False) -> Path:
-    """A Llama folder with the shipped tokenizer; random weights when asked (else a stand-in
-    file, whole: a refusal must come before anything loads them)."""
+def hf_folder(folder: Path, template: bool, weights: bool = False,
+              family: str = "llama") -> Path:
+    """A Llama (or T5) folder with the shipped tokenizer; random weights when asked (else a
+    stand-in file, whole: a refusal must come before anything loads them)."""
     folder.mkdir(parents=True, exist_ok=True)
     for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
         shutil.copy(TOKENIZER / name, folder / name)
@@ -167,7 +168,15 @@ def hf_folder(folder: Path, template: bool, weights: bool = False) -> Path:
     if template:
         config["chat_template"] = chat_tokenizer().chat_template
     (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
-    if weights:
+    if weights and family == "t5":
+        import torch
+
+        from tests.support.t5_cases import hf_model
+        from zoo.t5.family import FAMILY
+
+        config = FAMILY.sizes["tiny"]  # the shipped tokenizer's vocabulary
+        hf_model(FAMILY.build(config, seed=0), config).save_pretrained(folder)
+    elif weights:
         import torch
         from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -223,10 +232,11 @@ def test_zoo_eval_scores_the_task_through_the_chat_template(tmp_path):
 
 
 @pytest.mark.slow  # two evals, one of them compiling the sampler's graphs: the suite is tight
-def test_zoo_eval_on_xla_generates_what_the_cpu_does(tmp_path):
+@pytest.mark.parametrize("family", ["llama", "t5"])
+def test_zoo_eval_on_xla_generates_what_the_cpu_does(tmp_path, family):
     """A generating task with --device xla runs through zoo's device sampler: the same
-    greedy answers as transformers' generate with --device cpu."""
-    folder = hf_folder(tmp_path / "model", template=False, weights=True)
+    greedy answers as transformers' generate with --device cpu (a causal LM and T5)."""
+    folder = hf_folder(tmp_path / "model", template=False, weights=True, family=family)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
            "HF_DATASETS_CACHE": str(tmp_path / "datasets")}
     found = {}
