@@ -180,6 +180,17 @@ def axes_of(dim) -> tuple[str, ...]:
     return (dim,) if isinstance(dim, str) else tuple(dim)
 
 
+# the axes FSDP splits weights over: the xla backend's sampler reads its weights gathered
+# over them, once a call (core/backends/xla/sampler_weights.py); tensor and expert splits stay
+GATHERED_AXES = ("data", "fsdp")
+
+
+def gathered_spec(spec: Spec) -> Spec:
+    """`spec` without the FSDP axes: each dim keeps its other axes (None when none left)."""
+    kept = [tuple(a for a in axes_of(dim) if a not in GATHERED_AXES) for dim in spec]
+    return tuple(None if not axes else axes[0] if len(axes) == 1 else axes for axes in kept)
+
+
 def shard_shape(shape: tuple[int, ...], spec: Spec, mesh_axes: dict[str, int]) -> tuple[int, ...]:
     """Per-device shape; XLA pads a dimension that the axes do not divide evenly."""
     return tuple(

@@ -96,6 +96,9 @@ class Placed:
     # what the user can change to shrink it, for a plan that does not fit ("" : nothing but
     # the model's own settings)
     advice: str = ""
+    # a rollout's share that its compiled decode step reads among its arguments ("cache",
+    # "weights"), where the compiled plan reads its figure; "" for any other
+    in_decode: str = ""
 
 
 @dataclasses.dataclass(frozen=True)

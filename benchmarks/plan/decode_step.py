@@ -4,9 +4,9 @@ graph a rollout runs for every new token, built as `generate` builds it
 (core/sampler `Sampler.trace_decode`) on the slice's virtual devices with placeholders,
 then compiled by libtpu for the slice beside the train step.
 
-What the step reads is what a rollout holds: the weights in the compute dtype (the copies
-the sampler casts once per call; fp32 runs read the masters), the KV cache and the decode
-state, split as the xla backend places them."""
+What the step reads is what a rollout holds: the weights in the compute dtype, gathered over
+FSDP's axes (the copies the sampler makes once a call: core/backends/xla/sampler_weights.py),
+the KV cache and the decode state, split as the xla backend places them."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ from core.out_of_memory import OutOfMemory
 from core.remat import apply_remat
 from core.sampler import Sampler
 from core.sampler.placement import Traced
-from core.sharding import plan_params
+from core.sharding import gathered_spec, plan_params
 from core.task import Sampling
 from core.topology import Topology
 from zoo.app.run import Run
@@ -146,7 +146,8 @@ def trace_decode_hlo(run: Run, sampling: Sampling) -> tuple[str, list[int], list
     bf16 = cfg.runs_in_bf16(run.topology)
     model = run.meta_model(cfg.model)
     apply_remat(model, run.remat)
-    specs = {p.name: p.spec for p in plan_params(model, run.rules, sizes)}
+    # the weights as the xla backend's sampler reads them: gathered over FSDP's axes
+    specs = {p.name: gathered_spec(p.spec) for p in plan_params(model, run.rules, sizes)}
     cast_parameters(model, torch.bfloat16 if bf16 else torch.float32)
     placeholder_model(model, specs, holders)
     shard_activations(model, run.rules, mesh)

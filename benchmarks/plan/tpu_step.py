@@ -383,7 +383,7 @@ def describe_compiled(plan: CompiledPlan, analytic: bool = True) -> str:
         ("generated code", "-", format_bytes(step.code_bytes)),
         *((entry.name + (" (the decode step's)" if plan.rollout_compiled
                          else " (beside the step: analytic)"), format_bytes(entry.bytes),
-           format_bytes(plan.decode.cache_bytes if plan.rollout_compiled else entry.bytes))
+           format_bytes(_compiled_beside(plan, entry)))
           for entry in plan.analytic.placed if not entry.in_step),
         ("total HBM" + (" (compiled: the peak, update or rollout)" if plan.rollout_compiled
                         else ""),
@@ -464,12 +464,16 @@ def _rollout_lines(plan: CompiledPlan) -> list[str]:
                 f"{format_bytes(step.program_bytes)} of the {format_bytes(step.usable_bytes)} "
                 "HBM the compiler may use per chip",
                 "  largest allocations: " + "; ".join(step.largest), *advice]
-    cache = next((entry for entry in plan.analytic.placed if not entry.in_step), None)
+    analytic = {entry.in_decode: entry for entry in plan.analytic.placed if entry.in_decode}
+
+    def named(kind: str, default: str) -> str:
+        entry = analytic.get(kind)
+        return (entry.name + f" (analytic {format_bytes(entry.bytes)})") if entry else default
+
     rows = [
-        ("weights as the sampler reads them", format_bytes(decode.weight_bytes)),
-        ((cache.name if cache else "KV cache")
-         + (f" (analytic {format_bytes(cache.bytes)})" if cache else ""),
-         format_bytes(decode.cache_bytes)),
+        (named("weights", "weights as the sampler reads them"),
+         format_bytes(decode.weight_bytes)),
+        (named("cache", "KV cache"), format_bytes(decode.cache_bytes)),
         ("decode state, sampling inputs",
          format_bytes(step.argument_bytes - decode.weight_bytes - decode.cache_bytes)),
         ("temporaries, outputs, generated code",
@@ -547,3 +551,12 @@ def full_gradient_all_reduce_bytes(plan: CompiledPlan) -> float:
     params = next(v for k, v in plan.analytic.terms.items() if k.startswith("parameters"))
     reduced = collectives.get("all-reduce", {"bytes": 0})["bytes"]
     return reduced if reduced >= params * fsdp / 4 else 0.0
+
+
+def _compiled_beside(plan, entry) -> float:
+    """What the compiled plan shows for a share the task holds beside the step: the compiled
+    decode step's own figure where it reads it, else the analytic count."""
+    if plan.rollout_compiled and entry.in_decode:
+        decode = plan.decode
+        return {"cache": decode.cache_bytes, "weights": decode.weight_bytes}[entry.in_decode]
+    return entry.bytes

@@ -145,6 +145,12 @@ class Backend(Protocol):
         (logical axes, e.g. ("batch", None, "tensor", None)): this process's part of them on
         its devices, where the activations of those rows live."""
 
+    def sampler_weights(self, model: torch.nn.Module, plan: list[ParamPlan], mesh: object,
+                        bf16: bool) -> AbstractContextManager[object]:
+        """The weights a sampler's call reads, in the call's precision (`autocast`'s), laid
+        out for generating: read once a token by every step, so where a backend can it
+        gathers their FSDP shards once a call rather than once a token."""
+
     def place_rows(self, batch: Batch, mesh: object) -> Batch:
         """Host tensors of every row ([rows, ...]) on the devices, split as the loader splits
         a batch."""

@@ -162,6 +162,10 @@ class DTensorBackend:
     def autocast(self, model: torch.nn.Module, bf16: bool) -> contextlib.nullcontext[None]:
         return contextlib.nullcontext()  # FSDP2's mixed precision policy casts the weights
 
+    def sampler_weights(self, model: torch.nn.Module, plan: list[ParamPlan], mesh: object,
+                        bf16: bool) -> contextlib.nullcontext[None]:
+        return self.autocast(model, bf16)  # FSDP2 gathers each module's weights as it runs
+
     def gradient_accumulation(
             self, one_micro_batch: Callable[..., torch.Tensor | tuple[torch.Tensor, ...]],
             micro: Sequence[torch.Tensor], model: torch.nn.Module,

@@ -101,8 +101,10 @@ class Sampler:
     (`backend.autocast`); log-probs are computed in fp32 either way."""
 
     def __init__(self, model: nn.Module, layout: list[LayerLayout], *, shape: SamplerShape,
-                 backend=None, mesh=None, bf16: bool = False, placement=None):
-        """`placement`: where tensors are made, when neither the backend's nor the model's
+                 backend=None, mesh=None, plan=None, bf16: bool = False, placement=None):
+        """`plan`: the parameter plan `backend.prepare` returned, for the weights laid out to
+        generate (`backend.sampler_weights`); without it, as the backend trains them.
+        `placement`: where tensors are made, when neither the backend's nor the model's
         device (core/sampler/placement.py `Traced`: placeholders, for `trace_decode`)."""
         self.model, self.layout, self.shape, self.bf16 = model, layout, shape, bf16
         self.prompting = prompting_for(layout)
@@ -110,7 +112,7 @@ class Sampler:
         self.device = first.device
         self.dtype = torch.bfloat16 if bf16 else first.dtype
         self.place = placement or (OnDevice(self.device) if backend is None
-                                   else OnBackend(backend, mesh))
+                                   else OnBackend(backend, mesh, plan))
         self._compiles_at_start = self.place.compile_stats()
 
     @property

@@ -1,6 +1,6 @@
-"""How much of each device a sampler's KV cache takes, from its layout and shape alone (no
-tensor made): what the plans (`zoo plan`, `zoo train`'s fit check) count for a task that
-samples on the run's devices (GRPO's rollouts)."""
+"""How much of each device a sampler's KV cache and weights take, from its layout, shape and
+parameter plan alone (no tensor made): what the plans (`zoo plan`, `zoo train`'s fit check)
+count for a task that samples on the run's devices (GRPO's rollouts)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import math
 from core.mesh import LOGICAL_AXES
 from core.sampler.cache import LayerLayout
 from core.sampler.params import SamplerShape
-from core.sharding import axes_of
+from core.sharding import ParamPlan, axes_of, gathered_spec
 
 
 def cache_bytes_per_device(layout: list[LayerLayout], shape: SamplerShape,
@@ -35,3 +35,11 @@ def split(spec: tuple, dims: tuple[int, ...], mesh_sizes: dict[str, int]) -> int
         devices = math.prod(mesh_sizes.get(axis, 1) for axis in axes)
         parts *= devices if size % devices == 0 else 1
     return parts
+
+
+def gathered_weight_bytes(plan: list[ParamPlan], bytes_per_value: int,
+                          mesh_sizes: dict[str, int]) -> float:
+    """Bytes one device holds of the weights a sampler reads on the xla backend: every
+    parameter in the compute dtype, split by its `gathered_spec` only."""
+    return sum(math.prod(entry.shape) * bytes_per_value
+               / split(gathered_spec(entry.spec), entry.shape, mesh_sizes) for entry in plan)

@@ -41,10 +41,12 @@ class OnDevice:
 
 
 class OnBackend:
-    """A backend's answers (core/backends/contract.py) for the sampler on `mesh`."""
+    """A backend's answers (core/backends/contract.py) for the sampler on `mesh`; with the
+    parameter `plan` its `prepare` returned, the weights as its `sampler_weights` lays them
+    out (xla: FSDP shards gathered once a call, not once a token)."""
 
-    def __init__(self, backend, mesh):
-        self.backend, self.mesh = backend, mesh
+    def __init__(self, backend, mesh, plan=None):
+        self.backend, self.mesh, self.plan = backend, mesh, plan
 
     def zeros(self, shape: tuple[int, ...], dtype: torch.dtype, spec: tuple) -> torch.Tensor:
         return self.backend.sampler_buffer(shape, dtype, spec, self.mesh)
@@ -65,7 +67,9 @@ class OnBackend:
         return self.backend.compile_stats()
 
     def autocast(self, model: torch.nn.Module, bf16: bool) -> contextlib.AbstractContextManager:
-        return self.backend.autocast(model, bf16)
+        if self.plan is None:
+            return self.backend.autocast(model, bf16)
+        return self.backend.sampler_weights(model, self.plan, self.mesh, bf16)
 
 
 class Traced(OnBackend):

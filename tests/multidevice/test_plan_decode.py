@@ -2,7 +2,8 @@
 with the real TPU compiler (libtpu, compile-only) on this CPU machine: GRPO's rollout step
 of llama-tiny for v5p-8 (4 chips; 8 completions of 256 slots, 2 rows a chip) compiles, its
 KV cache read off the compiled program's parameters is the bytes the plan counts
-(core/sampler/footprint.py) exactly, its weights are the planned shards in bf16, and its
+(core/sampler/footprint.py) exactly, its weights are the whole model in bf16 (gathered over
+fsdp once a rollout: no step gathers them), and its
 matmul FLOPs are one token's forward for every row. Only the decode step is compiled (the
 train step's compile: tests/multidevice/test_tpu_compile.py); the full plan of llama-8b on
 v5p-64: tests/unit/test_plan_grpo.py (slow)."""
@@ -16,6 +17,9 @@ from tests.support.runs import env, start_python
 LAYERS, HIDDEN, HEADS, KV_HEADS, HEAD_DIM = 4, 256, 8, 4, 32  # llama-tiny
 INTERMEDIATE, VOCAB = 768, 4096
 ROWS, SLOTS, CHIPS, BF16 = 8, 256, 4, 2
+PARAMETERS = (2 * VOCAB * HIDDEN + HIDDEN + LAYERS * (
+    HIDDEN * HEADS * HEAD_DIM * 2 + HIDDEN * KV_HEADS * HEAD_DIM * 2 + 3 * HIDDEN * INTERMEDIATE
+    + 2 * HIDDEN))  # embedding, head, final norm; per layer projections, MLP, two norms
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +38,11 @@ def test_the_compiled_cache_is_the_one_the_plan_counts(record):
     cache = LAYERS * 2 * KV_HEADS * HEAD_DIM * SLOTS * rows_per_chip * BF16
     assert record["rows"] == ROWS and record["slots"] == SLOTS
     assert hbm["kv_cache"] == hbm["kv_cache_analytic"] == cache  # tolerance: none
-    assert hbm["weights"] == record["planned_weight_bytes"]  # the bf16 copies' shards
+    # the bf16 copies gathered over fsdp: the whole model on every chip, read whole by
+    # every step, so no step gathers weights
+    assert hbm["weights"] == record["planned_weight_bytes"] == PARAMETERS * BF16
+    gathered = record["collectives"].get("all-gather", {"bytes": 0})["bytes"]
+    assert gathered < 0.01 * hbm["weights"], record["collectives"]
     assert 0 < hbm["other_arguments"] < 64 * 2**10  # the decode state and sampling inputs
     assert hbm["total"] == (hbm["arguments"] + hbm["outputs"] - hbm["aliased"]
                             + hbm["temporaries"] + hbm["generated_code"])

@@ -1,7 +1,7 @@
 """Compile one decode step of a task's sampler for a TPU slice with libtpu (compile-only),
 without its train step, and save `zoo plan --compile --json`'s `decode_step` record with the
-figures the plan counts for it: the analytic cache (core/sampler/footprint.py, via the
-task's `placed`) and the weights' shards in the compute dtype.
+figures the plan counts for it (the task's `placed`, core/sampler/footprint.py): the
+analytic cache and the weights in the compute dtype, gathered over FSDP's axes.
 Usage (from the repo root): python -m tests.support.decode_worker OUT.json SLICE MODEL
 [key=value ...]"""
 
@@ -12,7 +12,6 @@ from pathlib import Path
 from benchmarks.plan.analytic import make_plan
 from benchmarks.plan.decode_step import compile_decode
 from benchmarks.plan.tpu_step import use_virtual_devices
-from core.sharding import plan_params
 from zoo.app.run import resolve_run
 
 
@@ -21,12 +20,9 @@ def main(out: str, slice_type: str, model: str, *overrides: str) -> None:
     use_virtual_devices(run.topology)
     cfg = run.built_config
     decode = compile_decode(run, run.task.sampling(cfg, run.mesh))
-    (cache,) = [entry for entry in make_plan(run, 0.5).placed if not entry.in_step]
-    bytes_per_value = 2 if cfg.runs_in_bf16(run.topology) else 4
-    weights = sum(p.shard_bytes // 4 * bytes_per_value
-                  for p in plan_params(run.meta_model(cfg.model), run.rules, run.mesh))
-    Path(out).write_text(json.dumps({**decode.record(run.topology, cache.bytes),
-                                     "planned_weight_bytes": weights}))
+    planned = {entry.in_decode: entry.bytes for entry in make_plan(run, 0.5).placed}
+    Path(out).write_text(json.dumps({**decode.record(run.topology, planned["cache"]),
+                                     "planned_weight_bytes": planned["weights"]}))
 
 
 if __name__ == "__main__":

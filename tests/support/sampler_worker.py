@@ -60,12 +60,12 @@ def sampler(backend, preset: str, mesh_config: MeshConfig, bf16: bool,
             family=llama_cases.FAMILY, model_config=None) -> Sampler:
     model_config = model_config or config()
     rules = ShardingRules.from_yaml(family.preset("sharding", preset))
-    model, _, mesh, sizes = backend.prepare(family.build(model_config, seed=0), rules,
-                                            mesh_config, bf16)
+    model, plan, mesh, sizes = backend.prepare(family.build(model_config, seed=0), rules,
+                                               mesh_config, bf16)
     shape = SamplerShape.for_model(model_config, ROWS, NEW_TOKENS, max(map(len, PROMPTS)),
                                    sizes, BUCKETS)
     return Sampler(model, family.cache_layout(model_config), shape=shape, backend=backend,
-                   mesh=mesh, bf16=bf16)
+                   mesh=mesh, plan=plan, bf16=bf16)
 
 
 def outputs(completions) -> dict:

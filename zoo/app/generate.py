@@ -333,11 +333,12 @@ def device_sampler(run, model, model_config, topo, asked: SamplerRows):
     select_runtime(topo)
     start()
     backend = backends.get("xla")
-    model, _, mesh, sizes = backend.prepare(model, run.rules, run.config.mesh, False)
+    model, plan, mesh, sizes = backend.prepare(model, run.rules, run.config.mesh, False)
     shape = SamplerShape.for_model(model_config, asked.rows, asked.max_new_tokens,
                                    asked.longest_prompt, sizes)
     sampler = Sampler(model, run.family.cache_layout(model_config), shape=shape,
-                      backend=backend, mesh=mesh, bf16=run.config.runs_in_bf16(topo))
+                      backend=backend, mesh=mesh, plan=plan,
+                      bf16=run.config.runs_in_bf16(topo))
     return sampler, backend
 
 

@@ -32,7 +32,7 @@ from core.errors import UserError
 from core.json_file import DamagedFile
 from core.mesh import resolve_axis_sizes
 from core.sampler import Sampler, SamplerShape
-from core.sampler.footprint import cache_bytes_per_device
+from core.sampler.footprint import cache_bytes_per_device, gathered_weight_bytes
 from core.sampler.params import DEFAULT_BUCKETS
 from core.task import Placed, Sampling, Task
 from zoo.data.grpo_data import GRPODataConfig, check_lengths, encode_prompts, load_prompts
@@ -126,17 +126,21 @@ class GroupRelative(CausalLM):
         return bound
 
     def placed(self, config: GRPOTrainConfig, params) -> list[Placed]:
-        """The rollout's KV cache, made and dropped around each rollout, between the step's
+        """The rollout's KV cache and the weights its sampler reads (gathered over FSDP's
+        axes, once a rollout), made and dropped around each rollout, between the step's
         programs (counted on top of the step: a bound, as the step's transients are freed
-        while it lives), and a frozen copy's share of each device (beta > 0, not LoRA)."""
+        while they live), and a frozen copy's share of each device (beta > 0, not LoRA)."""
         topo = topology.parse(config.tpu)
         mesh_sizes = resolve_axis_sizes(config.mesh, topo.devices)
         bf16 = config.runs_in_bf16(topo)
         rollout = self.sampling(config, mesh_sizes)
-        cache = cache_bytes_per_device(rollout.layout, rollout.shape, 2 if bf16 else 4,
-                                       mesh_sizes)
-        entries = [Placed(f"sampler KV cache ({'bf16' if bf16 else 'fp32'})", cache,
-                          in_step=False, advice=CACHE_ADVICE)]
+        dtype, size = ("bf16", 2) if bf16 else ("fp32", 4)
+        cache = cache_bytes_per_device(rollout.layout, rollout.shape, size, mesh_sizes)
+        entries = [Placed(f"sampler KV cache ({dtype})", cache, in_step=False,
+                          advice=CACHE_ADVICE, in_decode="cache"),
+                   Placed(f"sampler weights ({dtype}, gathered over fsdp)",
+                          gathered_weight_bytes(params, size, mesh_sizes), in_step=False,
+                          advice=WEIGHTS_ADVICE, in_decode="weights")]
         if config.grpo.beta > 0 and not config.lora.enabled:
             entries.append(Placed("reference model (frozen copy)",
                                   sum(p.shard_bytes for p in params)))
@@ -166,7 +170,8 @@ class GroupRelative(CausalLM):
         config = engine.config
         rollout = self.sampling(config, engine.mesh_sizes)
         sampler = Sampler(engine.model, rollout.layout, shape=rollout.shape,
-                          backend=engine.backend, mesh=engine.mesh, bf16=engine.bf16)
+                          backend=engine.backend, mesh=engine.mesh, plan=engine.plan,
+                          bf16=engine.bf16)
         # per token: the rollout's MFU
         self.forward_flops = self.family.forward_flops(config)
 
@@ -230,6 +235,8 @@ def completion_logps(model, batch: dict, temperature: float) -> torch.Tensor:
                             reduction="none").view(targets.shape)
 
 
+WEIGHTS_ADVICE = ("the sampler reads the weights whole on each chip but for their tensor and "
+                  "expert splits: split them over mesh.tensor")
 CACHE_ADVICE = ("the sampler's KV cache holds global_batch_size rows (every completion: "
                 "grpo.num_generations per prompt) of seq_len slots (prompt + "
                 "grpo.max_new_tokens): lower global_batch_size or seq_len, or split it over "

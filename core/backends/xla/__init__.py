@@ -15,6 +15,7 @@ from core.backends.contract import Batch, RematPreset, Result, StepArgs, StepDon
 from core.backends.xla.cpu_peak import remembered_cpu_peak
 from core.backends.xla.profile import StepProfiler
 from core.backends.xla.runtime import compile_stats, sync, sync_and_wait
+from core.backends.xla.sampler_weights import gathered_copies
 from core.backends.xla.spmd import (
     build_mesh,
     device_loader,
@@ -168,6 +169,10 @@ class XlaBackend:
     def sampler_buffer(self, shape: tuple[int, ...], dtype: torch.dtype, spec: tuple,
                        mesh: object) -> torch.Tensor:
         return sampler_zeros(shape, dtype, spec, mesh)
+
+    def sampler_weights(self, model: torch.nn.Module, plan: list[ParamPlan], mesh: object,
+                        bf16: bool) -> AbstractContextManager[object]:
+        return gathered_copies(model, plan, mesh, torch.bfloat16 if bf16 else torch.float32)
 
     def place_rows(self, batch: Batch, mesh: object) -> Batch:
         if self.process_count() > 1:
