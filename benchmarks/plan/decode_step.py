@@ -61,6 +61,23 @@ class CompiledDecode:
     trace_seconds: float
     # one token's forward for every row, attending over all `slots` (the static cache)
     analytic_flops: float = 0.0
+    # the prefill of the rollout's longest prompts (`prompt_bucket` tokens a row), compiled
+    # beside the step: the other program a rollout runs with the cache and weights resident
+    prefill: CompiledStep | OutOfMemory | None = None
+    prompt_bucket: int = 0
+
+    @property
+    def programs(self) -> list[CompiledStep | OutOfMemory]:
+        return [self.compiled] + ([self.prefill] if self.prefill is not None else [])
+
+    @property
+    def all_compiled(self) -> bool:
+        return all(isinstance(program, CompiledStep) for program in self.programs)
+
+    @property
+    def rollout_program_bytes(self) -> float:
+        """The larger of the rollout's programs (call only when all compiled)."""
+        return max(program.total_bytes for program in self.programs)
 
     @property
     def matmuls_uncounted(self) -> bool:
@@ -77,11 +94,12 @@ class CompiledDecode:
         step = self.compiled
         shape = {"rows": self.rows, "slots": self.slots, "new_tokens": self.new_tokens,
                  "trace_seconds": self.trace_seconds, "compile_seconds": step.compile_seconds}
+        if self.prefill is not None:
+            shape["prefill"] = {"prompt_bucket": self.prompt_bucket,
+                                "compile_seconds": self.prefill.compile_seconds,
+                                "hbm_per_chip": _program_bytes(self.prefill)}
         if isinstance(step, OutOfMemory):
-            return {**shape, "hbm_per_chip": {"refused": True,
-                                              "program_at_least": step.program_bytes,
-                                              "usable": step.usable_bytes,
-                                              "largest_allocations": step.largest}}
+            return {**shape, "hbm_per_chip": _program_bytes(step)}
         seconds, source = self.step_seconds(topo)
         return {
             **shape,
@@ -102,17 +120,29 @@ class CompiledDecode:
         }
 
 
+def _program_bytes(program: CompiledStep | OutOfMemory) -> dict:
+    """A program's memory per chip as compiled, or what the compiler said when it refused."""
+    if isinstance(program, OutOfMemory):
+        return {"refused": True, "program_at_least": program.program_bytes,
+                "usable": program.usable_bytes, "largest_allocations": program.largest}
+    return {"arguments": program.argument_bytes, "outputs": program.output_bytes,
+            "aliased": program.alias_bytes, "temporaries": program.temp_bytes,
+            "generated_code": program.code_bytes, "total": program.total_bytes}
+
+
 def compile_decode(run: Run, sampling: Sampling) -> CompiledDecode:
-    """Trace the run's decode step for its slice (on the virtual devices the train step's
-    trace started) and compile it with libtpu."""
+    """Trace the run's decode step and its longest prefill for its slice (on the virtual
+    devices the train step's trace started) and compile both with libtpu."""
     topo = run.topology
     devices = tpu_devices(topo)
     began = time.perf_counter()
     with pallas_lowering_for_tpu(devices[0].client.platform_version):
         text, weights, cache = trace_decode_hlo(run, sampling)
+        prefill_text, _, _ = trace_prefill_hlo(run, sampling)
     traced = time.perf_counter() - began
     stats, compiled_text = compile_text(text, devices)
     step = compiled_step(stats, compiled_text)
+    prefill = compiled_step(*compile_text(prefill_text, devices))
     sizes = entry_parameter_bytes(compiled_text) if compiled_text else {}
     shape = sampling.shape
     per_token = run.family.forward_flops(dataclasses.replace(run.built_config,
@@ -121,7 +151,8 @@ def compile_decode(run: Run, sampling: Sampling) -> CompiledDecode:
     return CompiledDecode(step, shape.rows, shape.slots, sampling.params.max_new_tokens,
                           sum(sizes.get(i, 0) for i in weights),
                           sum(sizes.get(i, 0) for i in cache), traced,
-                          shape.rows * per_token / topo.chips)
+                          shape.rows * per_token / topo.chips, prefill,
+                          shape.slots - sampling.params.max_new_tokens)
 
 
 def trace_decode_hlo(run: Run, sampling: Sampling) -> tuple[str, list[int], list[int]]:
@@ -130,49 +161,76 @@ def trace_decode_hlo(run: Run, sampling: Sampling) -> tuple[str, list[int], list
     planned sharding, activation rules), as placeholders in the compute dtype; the cache and
     state as the sampler's `Traced` placement makes them. The cache and the state's columns
     are updated in place, so their outputs alias their inputs (torch_xla donates them)."""
-    cfg = run.built_config
-    start()
-    mesh = build_mesh(cfg.mesh)
-    sizes = axis_sizes(mesh)
-    holders = Placeholders()
-    made: dict[int, int] = {}  # a tensor object -> its torch_xla id when made (in-place
-    # updates give it a new one)
-
-    def make(shape, dtype, spec):
-        tensor = holders.make(shape, dtype, divisible_spec(spec, shape, sizes))
-        made[id(tensor)] = tensor_ids([tensor])[0]
-        return tensor
-
-    bf16 = cfg.runs_in_bf16(run.topology)
-    model = run.meta_model(cfg.model)
-    apply_remat(model, run.remat)
-    # the weights as the xla backend's sampler reads them: gathered over FSDP's axes
-    specs = {p.name: gathered_spec(p.spec) for p in plan_params(model, run.rules, sizes)}
-    cast_parameters(model, torch.bfloat16 if bf16 else torch.float32)
-    placeholder_model(model, specs, holders)
-    shard_activations(model, run.rules, mesh)
-    placement = Traced(backends.get("xla"), mesh, make, lambda shape: batch_spec(shape, sizes))
-    sampler = Sampler(model, sampling.layout, shape=sampling.shape, bf16=bf16,
-                      placement=placement)
-    traced = sampler.trace_decode(sampling.params)
-    streams = [s for layer in traced.cache.layers for s in layer.streams.values()]
-    updated = [*streams, traced.before.tokens, traced.before.logprobs,
-               *traced.cache.ring_positions.values()]
+    tracing = _Tracing(run, sampling)
+    traced = tracing.sampler.trace_decode(sampling.params)
     after = traced.after
-    outputs = [after.cur, after.last, after.done]
-    shardings: dict = {}
+    return tracing.hlo(traced.cache, [after.cur, after.last, after.done],
+                       [traced.before.tokens, traced.before.logprobs])
 
-    def sharding(spec):
-        if spec not in shardings:
-            shardings[spec] = hlo_sharding_text(mesh, spec)
-        return shardings[spec]
 
-    number = entry_parameter_numbers([*outputs, *updated])  # as sharded_hlo_text's
-    cache_ids = [made[id(stream)] for stream in streams]
-    text, _ = sharded_hlo_text(outputs, updated, [made[id(t)] for t in updated], holders,
-                               sharding)
-    weights = [number[i] for i in tensor_ids(list(model.parameters())) if i in number]
-    return text, weights, [number[i] for i in cache_ids if i in number]
+def trace_prefill_hlo(run: Run, sampling: Sampling) -> tuple[str, list[int], list[int]]:
+    """As `trace_decode_hlo`, for the prefill of the rollout's longest prompts (its largest
+    bucket), which writes the cache and the state's first columns in place."""
+    tracing = _Tracing(run, sampling)
+    prompt_tokens = sampling.shape.slots - sampling.params.max_new_tokens
+    traced = tracing.sampler.trace_prefill(sampling.params, prompt_tokens)
+    state = traced.state
+    return tracing.hlo(traced.cache, [state.last, state.done], [state.tokens, state.logprobs])
+
+
+class _Tracing:
+    """The run's model placed as placeholders on the slice's virtual devices, and a sampler
+    on it whose buffers are placeholders too; `hlo` writes a traced program's text."""
+
+    def __init__(self, run: Run, sampling: Sampling):
+        cfg = run.built_config
+        start()
+        self.mesh = build_mesh(cfg.mesh)
+        sizes = axis_sizes(self.mesh)
+        self.holders = Placeholders()
+        # a tensor object -> its torch_xla id when made (in-place updates give it a new one)
+        self.made: dict[int, int] = {}
+
+        def make(shape, dtype, spec):
+            tensor = self.holders.make(shape, dtype, divisible_spec(spec, shape, sizes))
+            self.made[id(tensor)] = tensor_ids([tensor])[0]
+            return tensor
+
+        bf16 = cfg.runs_in_bf16(run.topology)
+        self.model = run.meta_model(cfg.model)
+        apply_remat(self.model, run.remat)
+        # the weights as the xla backend's sampler reads them: gathered over FSDP's axes
+        specs = {p.name: gathered_spec(p.spec)
+                 for p in plan_params(self.model, run.rules, sizes)}
+        cast_parameters(self.model, torch.bfloat16 if bf16 else torch.float32)
+        placeholder_model(self.model, specs, self.holders)
+        shard_activations(self.model, run.rules, self.mesh)
+        placement = Traced(backends.get("xla"), self.mesh, make,
+                           lambda shape: batch_spec(shape, sizes))
+        self.sampler = Sampler(self.model, sampling.layout, shape=sampling.shape, bf16=bf16,
+                               placement=placement)
+
+    def hlo(self, cache, outputs, state_columns) -> tuple[str, list[int], list[int]]:
+        """(the HLO text of the graph computing `outputs` and updating the cache and
+        `state_columns` in place, the entry parameter numbers of the weights, those of the
+        cache's streams)."""
+        streams = [s for layer in cache.layers for s in layer.streams.values()]
+        positions = [*cache.ring_positions.values(),
+                     *([] if cache.source_positions is None else [cache.source_positions])]
+        updated = [*streams, *state_columns, *positions]
+        shardings: dict = {}
+
+        def sharding(spec):
+            if spec not in shardings:
+                shardings[spec] = hlo_sharding_text(self.mesh, spec)
+            return shardings[spec]
+
+        number = entry_parameter_numbers([*outputs, *updated])  # as sharded_hlo_text's
+        text, _ = sharded_hlo_text(outputs, updated, [self.made[id(t)] for t in updated],
+                                   self.holders, sharding)
+        weights = [number[i] for i in tensor_ids(list(self.model.parameters())) if i in number]
+        cache_ids = [self.made[id(stream)] for stream in streams]
+        return text, weights, [number[i] for i in cache_ids if i in number]
 
 
 def cast_parameters(model: torch.nn.Module, dtype: torch.dtype) -> None:

@@ -205,7 +205,8 @@ class CompiledPlan:
 
     @property
     def rollout_compiled(self) -> bool:
-        return self.decode is not None and isinstance(self.decode.compiled, CompiledStep)
+        """The task's rollout programs (decode step, longest prefill) all compiled."""
+        return self.decode is not None and self.decode.all_compiled
 
     @property
     def beside_step_bytes(self) -> float:
@@ -217,9 +218,10 @@ class CompiledPlan:
     def rollout_bytes(self) -> float:
         """Per chip while the task samples: the persistent state (the update step's
         arguments: parameters, optimizer state, what the task places for the step) and the
-        decode step's whole program (the weights as the sampler reads them, the KV cache,
-        its state and temporaries). Call only when both compiled."""
-        return self.compiled.argument_bytes + self.decode.compiled.total_bytes
+        larger of the rollout's programs, each whole (the weights as the sampler reads them,
+        the KV cache, its state and temporaries: the decode step's, or its longest
+        prefill's). Call only when all compiled."""
+        return self.compiled.argument_bytes + self.decode.rollout_program_bytes
 
     @property
     def total_bytes(self) -> float:
@@ -266,7 +268,8 @@ class CompiledPlan:
             "beside_model": [dataclasses.asdict(entry) for entry in plan.placed],
         }
         if self.decode is not None:
-            record["decode_step"] = self.decode.record(topo, self.beside_step_bytes)
+            cache = next((e.bytes for e in plan.placed if e.in_decode == "cache"), 0.0)
+            record["decode_step"] = self.decode.record(topo, cache)
         analytic_hbm = {**plan.terms, "total": plan.total}
         model_flops = plan.flops_per_step / topo.chips
         flops = {"analytic_executed": self.executed_flops_per_chip,
@@ -397,8 +400,8 @@ def describe_compiled(plan: CompiledPlan, analytic: bool = True) -> str:
         *first,
         heading,
         format_table(("per chip", "analytic", "compiled"), rows),
-        "does NOT fit by the compiler's numbers: the compiler refused the rollout's decode "
-        "step (below)" if decode_refused else
+        "does NOT fit by the compiler's numbers: the compiler refused a program of the "
+        "rollout (below)" if decode_refused else
         f"{verdict} by the compiler's numbers: {format_bytes(plan.total_bytes)} of "
         f"{format_bytes(plan.hbm_bytes)} HBM per chip "
         f"(compiled / analytic = {hbm['compiled_over_analytic']:.2f})",
@@ -481,15 +484,18 @@ def _rollout_lines(plan: CompiledPlan) -> list[str]:
         ("decode step total", format_bytes(step.total_bytes)),
     ]
     seconds, source = decode.step_seconds(topo)
-    lines = [heading, format_table(("per chip", "compiled"), rows)]
-    if isinstance(plan.compiled, CompiledStep):
+    lines = [heading, format_table(("per chip", "compiled"), rows), *_prefill_lines(decode)]
+    if isinstance(plan.compiled, CompiledStep) and plan.rollout_compiled:
         update = plan.compiled
+        prefill = (f", the longest prefill {format_bytes(decode.prefill.total_bytes)}"
+                   if decode.prefill is not None else "")
         lines.append(
             f"peak HBM per chip: persistent state (the update step's arguments, "
-            f"{format_bytes(update.argument_bytes)}) + the larger of the update's transients "
-            f"({format_bytes(update.total_bytes - update.argument_bytes)}) and the decode step "
-            f"({format_bytes(step.total_bytes)}) = {format_bytes(plan.total_bytes)}: the two "
-            "programs never run at once (the analytic plan sums them all: a bound)")
+            f"{format_bytes(update.argument_bytes)}) + the largest of the update's transients "
+            f"({format_bytes(update.total_bytes - update.argument_bytes)}) and the rollout's "
+            f"programs (the decode step {format_bytes(step.total_bytes)}{prefill}) = "
+            f"{format_bytes(plan.total_bytes)}: no two of them run at once (the analytic "
+            "plan sums them all: a bound)")
     lines += [
         f"decode step FLOPs per chip: analytic {decode.analytic_flops:.3e} (one token's "
         f"forward for every row over all {decode.slots} slots), compiled matmuls "
@@ -501,10 +507,27 @@ def _rollout_lines(plan: CompiledPlan) -> list[str]:
         f"  compiler's estimate, not a measurement: {_seconds(seconds)} a step ({source}), "
         f"{decode.rows / seconds:,.0f} tokens/s on the slice, "
         f"{_seconds(seconds * decode.new_tokens)} for a rollout's {decode.new_tokens} steps "
-        "(its prefills are not compiled here)"]
-    if not plan.fits and plan.total_bytes == plan.rollout_bytes:
-        lines += advice
+        "(its prefills apart)"]
+    if not plan.fits and (not plan.rollout_compiled or plan.total_bytes == plan.rollout_bytes):
+        lines += advice  # the rollout is what does not fit
     return lines
+
+
+def _prefill_lines(decode: CompiledDecode) -> list[str]:
+    """The longest prefill as compiled: its total, or the compiler's refusal."""
+    prefill = decode.prefill
+    if prefill is None:
+        return []
+    what = f"the longest prefill ({decode.rows} rows x {decode.prompt_bucket} prompt tokens)"
+    if isinstance(prefill, OutOfMemory):
+        return [f"{what} does NOT fit, by the compiler's numbers: it needs at least "
+                f"{format_bytes(prefill.program_bytes)} of the "
+                f"{format_bytes(prefill.usable_bytes)} HBM the compiler may use per chip",
+                "  largest allocations: " + "; ".join(prefill.largest)]
+    return [f"{what}, compiled in {prefill.compile_seconds:.1f} s: "
+            f"{format_bytes(prefill.total_bytes)} per chip, "
+            f"{format_bytes(prefill.total_bytes - prefill.argument_bytes)} of it temporaries, "
+            "outputs and code"]
 
 
 def _seconds(value: float) -> str:

@@ -78,6 +78,15 @@ class TracedDecode:
     after: DecodeState
 
 
+@dataclasses.dataclass
+class TracedPrefill:
+    """One prefill built and not run (`Sampler.trace_prefill`): the cache it writes in place
+    and the state it leaves (its tokens and log-probs written in place too)."""
+
+    cache: GenerationCache
+    state: DecodeState
+
+
 @dataclasses.dataclass(frozen=True)
 class _Draw:
     """What a step samples with: Python choices that pick the graph, tensors that do not."""
@@ -179,17 +188,11 @@ class Sampler:
             ids[row, :len(prompt)] = torch.tensor(prompt)
         lengths = torch.tensor([len(p) for p in prompts] + [1] * (rows - len(prompts)))
         padding = torch.arange(rows) >= len(prompts)
-        first = self.prompting.first_columns(lengths)
         draw = self._draw(params, sample_ids)
         started = time.perf_counter()
         with self._cache() as cache:
-            # the first new column twice, as two buffers: one the step moves (cur), one
-            # it keeps (start). Were they one, the first step's graph would take one input
-            # where the next steps take two: a second compile
-            state = place.run(self._prefill, cache, place.rows(ids), place.rows(lengths),
-                              place.rows(first), place.rows(first),
-                              place.rows(padding), place.rows(first + params.max_new_tokens),
-                              draw)
+            state = place.run(self._prefill, cache,
+                              *self._prefill_inputs(ids, lengths, padding, params), draw)
             place.sync()
             all_done = bool(place.host(state.done).all())
             timings.prefill_s += time.perf_counter() - started
@@ -223,6 +226,28 @@ class Sampler:
             before = self._prefilled_state()
             after = self.place.run(self._decode, cache, before, self._no_hits(), draw)
         return TracedDecode(cache, before, after)
+
+    def trace_prefill(self, params: SamplingParams, prompt_tokens: int) -> TracedPrefill:
+        """The prefill of a `generate` with `params` whose rows all hold `prompt_tokens`
+        tokens (at their bucket), built as `generate` builds it but not run (as
+        `trace_decode`): the cache it writes and the state it leaves."""
+        rows = self.shape.rows
+        ids = torch.zeros((rows, self.shape.bucket(prompt_tokens)), dtype=torch.long)
+        lengths = torch.full((rows,), prompt_tokens)
+        draw = self._draw(params, [])
+        with self._generating(), self._cache() as cache:
+            state = self.place.run(self._prefill, cache, *self._prefill_inputs(
+                ids, lengths, torch.zeros(rows, dtype=torch.bool), params), draw)
+        return TracedPrefill(cache, state)
+
+    def _prefill_inputs(self, ids, lengths, padding, params) -> tuple[torch.Tensor, ...]:
+        """The prefill's row inputs on the devices: ids, lengths, the first new column twice
+        (as two buffers: one the step moves, cur, one it keeps, start; were they one, the
+        first step's graph would take one input where the next steps take two: a second
+        compile), padding and each row's limit."""
+        place, first = self.place, self.prompting.first_columns(lengths)
+        return (place.rows(ids), place.rows(lengths), place.rows(first), place.rows(first),
+                place.rows(padding), place.rows(first + params.max_new_tokens))
 
     def _draw(self, params: SamplingParams, sample_ids: list[int]) -> _Draw:
         """The call's sampling inputs; rows past `sample_ids` (padding) draw with id 0."""

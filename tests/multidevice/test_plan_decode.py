@@ -3,10 +3,10 @@ with the real TPU compiler (libtpu, compile-only) on this CPU machine: GRPO's ro
 of llama-tiny for v5p-8 (4 chips; 8 completions of 256 slots, 2 rows a chip) compiles, its
 KV cache read off the compiled program's parameters is the bytes the plan counts
 (core/sampler/footprint.py) exactly, its weights are the whole model in bf16 (gathered over
-fsdp once a rollout: no step gathers them), and its
-matmul FLOPs are one token's forward for every row. Only the decode step is compiled (the
-train step's compile: tests/multidevice/test_tpu_compile.py); the full plan of llama-8b on
-v5p-64: tests/unit/test_plan_grpo.py (slow)."""
+fsdp once a rollout: no step gathers them), and its matmul FLOPs are one token's forward for
+every row; the rollout's longest prefill compiles beside it. The train step is not compiled
+(its compile: tests/multidevice/test_tpu_compile.py); the full plan of llama-8b on v5p-64:
+tests/unit/test_plan_grpo.py (slow)."""
 
 import json
 
@@ -59,3 +59,14 @@ def test_the_decode_step_computes_one_token_for_every_row(record):
     assert record["flops_per_chip"]["analytic"] == pytest.approx(expected, rel=1e-9)
     assert record["flops_per_chip"]["compiled_matmul"] == pytest.approx(expected, rel=0.01)
     assert record["compiler_estimate"]["step_seconds"] > 0
+
+
+def test_the_longest_prefill_compiles_beside_it_with_the_same_cache(record):
+    """The rollout's other program: its prompts at their largest bucket (seq_len 256 less 64
+    new tokens), the cache and weights it writes and reads as large as the decode step's."""
+    prefill = record["prefill"]
+    assert prefill["prompt_bucket"] == SLOTS - 64
+    hbm, decode = prefill["hbm_per_chip"], record["hbm_per_chip"]
+    assert hbm["arguments"] >= decode["weights"] + decode["kv_cache"]
+    assert abs(hbm["arguments"] - decode["arguments"]) < 2**20  # prompts for decode state
+    assert hbm["total"] > hbm["arguments"]

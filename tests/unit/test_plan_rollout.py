@@ -20,11 +20,12 @@ from zoo.tasks.grpo import CACHE_ADVICE
 GIB = 2**30
 
 
-def rollout_plan(decode_program):
+def rollout_plan(decode_program, prefill=None):
     plan = make_plan(resolve_run("llama-tiny", ["tpu=v5p-8", "task=grpo"]), 0.5)
     result = compiled(plan, 10 * GIB)  # the update step: 10 GiB of arguments, ~1 KiB more
     result.decode = CompiledDecode(decode_program, rows=8, slots=256, new_tokens=64,
-                                   weight_bytes=GIB, cache_bytes=2 * GIB, trace_seconds=0.1)
+                                   weight_bytes=GIB, cache_bytes=2 * GIB, trace_seconds=0.1,
+                                   prefill=prefill, prompt_bucket=192)
     return result
 
 
@@ -61,9 +62,29 @@ def test_a_decode_step_the_compiler_refuses_does_not_fit_and_says_what_shrinks_i
     refused = rollout_plan(OutOfMemory(120 * GIB, 95 * GIB, ["100 GiB bf16[...] kv"], 2.0))
     assert not refused.fits
     text = describe_compiled(refused)
-    assert "does NOT fit by the compiler's numbers: the compiler refused the rollout's " \
-           "decode step" in text
+    assert "does NOT fit by the compiler's numbers: the compiler refused a program of the " \
+           "rollout" in text
     assert "the decode step does NOT fit, by the compiler's numbers: it needs at least " \
            "120.00 GiB of the 95.00 GiB" in text
     assert CACHE_ADVICE in text
     assert refused.record()["decode_step"]["hbm_per_chip"]["refused"]
+
+
+def test_a_prefill_larger_than_the_decode_step_sets_the_rollouts_peak():
+    """The longest prefill (192 prompt tokens a row) holds the same cache and weights and a
+    forward's temporaries: 5 GiB here, against the decode step's 3 GiB."""
+    plan = rollout_plan(decode_step(0), prefill=decode_step(2 * GIB))
+    assert plan.rollout_bytes == 10 * GIB + plan.decode.prefill.total_bytes
+    assert plan.total_bytes == plan.rollout_bytes and plan.fits
+    text = describe_compiled(plan)
+    assert "the longest prefill (8 rows x 192 prompt tokens), compiled in 1.0 s: 5.00 GiB" \
+        in text
+    assert "the rollout's programs (the decode step 3.00 GiB, the longest prefill 5.00 GiB)" \
+        in text
+    assert plan.record()["decode_step"]["prefill"]["hbm_per_chip"]["total"] == \
+        plan.decode.prefill.total_bytes
+    refused = rollout_plan(decode_step(0), prefill=OutOfMemory(120 * GIB, 95 * GIB,
+                                                                ["90 GiB f32[...]"], 2.0))
+    assert not refused.fits
+    assert "the longest prefill (8 rows x 192 prompt tokens) does NOT fit, by the " \
+           "compiler's numbers: it needs at least 120.00 GiB" in describe_compiled(refused)
