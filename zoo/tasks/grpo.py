@@ -236,7 +236,7 @@ def completion_logps(model, batch: dict, temperature: float) -> torch.Tensor:
 
 
 WEIGHTS_ADVICE = ("the sampler reads the weights whole on each chip but for their tensor and "
-                  "expert splits: split them over mesh.tensor")
+                  "expert splits: split them with sharding=fsdp_tensor mesh.tensor=N")
 CACHE_ADVICE = ("the sampler's KV cache holds global_batch_size rows (every completion: "
                 "grpo.num_generations per prompt) of seq_len slots (prompt + "
                 "grpo.max_new_tokens): lower global_batch_size or seq_len, or split it over "
