@@ -6,6 +6,7 @@ from core.sharding import (
     ShardingError,
     ShardingRules,
     format_plan,
+    gathered_spec,
     match_activations,
     match_gathered,
     plan_params,
@@ -126,3 +127,13 @@ def test_format_plan_lists_every_parameter_and_the_total():
     text = format_plan(plan_params(ToyModel(), rules(FULL), MESH))
     assert "layers.0.up.weight" in text and "[tensor, fsdp]" in text and "64x16" in text
     assert text.splitlines()[-1].startswith("total per device:")
+
+
+def test_a_gathered_spec_drops_fsdps_axes_and_keeps_the_others():
+    """The sampler's weights (core/backends/xla/sampler_weights.py): whole over data and
+    fsdp, still split over tensor and expert."""
+    assert gathered_spec(("fsdp", "tensor")) == (None, "tensor")
+    assert gathered_spec((("data", "fsdp"), None)) == (None, None)
+    assert gathered_spec((("fsdp", "tensor"), "expert")) == ("tensor", "expert")
+    assert gathered_spec(("expert", ("fsdp", "data"), "tensor")) == ("expert", None, "tensor")
+    assert gathered_spec((None,)) == (None,)
