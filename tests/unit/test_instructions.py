@@ -1,6 +1,7 @@
 """The shipped instruction set and its lm-eval task: the generator writes exactly the shipped
 files, the test split is held out (no question, repeated word, number fact or word list of
-it in train), answers are short in the shipped tokenizer, and `zoo_instructions` loads
+it in train), the GRPO prompts are in neither split (no question, word list or repeated
+word of either), answers are short in the shipped tokenizer, and `zoo_instructions` loads
 through zoo eval's task path and builds chat-templated requests offline. `zoo eval
 --chat-template` refuses a model without a template in one line, before lm-eval runs."""
 
@@ -75,20 +76,46 @@ def test_no_test_question_or_fact_is_in_train():
         seen = {row["answer"] for row in train_items if row["kind"] == kind}
         assert not [row for row in test_items if row["kind"] == kind and row["answer"] in seen]
 
-    def words(question: str) -> tuple:
-        return tuple(question.split('"')[1::2])
-
+    words = make_instructions.list_words
     train_lists = {words(row["question"]) for row in train_items if row["kind"] in
                    ("first", "last")}
     assert not [row for row in test_items if row["kind"] in ("first", "last")
                 and words(row["question"]) in train_lists]
 
 
+def test_the_grpo_prompts_are_in_neither_split():
+    train, test, grpo = rows("train.jsonl"), rows("test.jsonl"), rows("grpo.jsonl")
+    assert 2000 <= len(grpo) <= 5000
+    assert {row["kind"] for row in grpo} == {"repeat", "first", "last"}
+    for row in grpo:
+        assert row["messages"] == [{"role": "user", "content": row["question"]},
+                                   {"role": "assistant", "content": row["answer"]}]
+    asked = {normal(user_turn(row)) for row in train + test}
+    assert not [row["question"] for row in grpo if normal(row["question"]) in asked]
+    assert len({normal(row["question"]) for row in grpo}) == len(grpo)
+    train_items, test_items = make_instructions.build()
+    split_items = train_items + test_items
+    # no word of any split question is repeated here, and no list of either split is asked
+    split_words = {word for row in split_items
+                   for word in make_instructions.list_words(row["question"])}
+    repeated = [row["answer"] for row in grpo if row["kind"] == "repeat"]
+    assert repeated and not split_words & set(repeated)
+    split_lists = {make_instructions.list_words(row["question"]) for row in split_items
+                   if row["kind"] in ("first", "last")}
+    lists = [make_instructions.list_words(row["question"]) for row in grpo
+             if row["kind"] in ("first", "last")]
+    assert lists and not split_lists & set(lists)
+    for row in grpo:
+        if row["kind"] != "repeat":
+            words = make_instructions.list_words(row["question"])
+            assert row["answer"] == words[0 if row["kind"] == "first" else 2]
+
+
 def test_answers_are_one_to_three_tokens():
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(str(TOKENIZER / "tokenizer.json"))
-    for row in rows("train.jsonl") + rows("test.jsonl"):
+    for row in rows("train.jsonl") + rows("test.jsonl") + rows("grpo.jsonl"):
         answer = row["messages"][-1]["content"]
         count = len(tokenizer.encode(answer, add_special_tokens=False).ids)
         assert 1 <= count <= 3, answer

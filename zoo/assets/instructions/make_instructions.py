@@ -1,4 +1,4 @@
-"""Write the shipped instruction set (train.jsonl, test.jsonl beside this file).
+"""Write the shipped instruction set (train.jsonl, test.jsonl, grpo.jsonl beside this file).
 
     .venv/bin/python -m zoo.assets.instructions.make_instructions
 
@@ -18,7 +18,14 @@ to be repeated in train (they appear there in lists), number facts never asked i
 any phrasing, word lists never seen in train; no test question is a train question. Test
 rows also carry "question", "answer" and "kind" for lm-eval (eval/tasks/zoo_instructions.yaml)
 and have no system turn, so the chat the eval renders is the row's own; a quarter of the
-train rows have one. Standard library only, fixed seed: reruns are byte-identical.
+train rows have one.
+
+grpo.jsonl holds prompts for task=grpo that only the rules answer, so a reward for a right
+answer pays for the rule and not for recall of SFT answers: word lists in neither split, and
+repeat questions of words in neither split (NEW_WORDS). Number facts are left out: every
+two-digit fact the rule allows is already in train or test. Its rows are test-shaped (chat,
+"question", "answer", "kind"). It is drawn from its own random stream, after the two splits,
+so adding it changed neither. Standard library only, fixed seeds: reruns are byte-identical.
 """
 
 from __future__ import annotations
@@ -44,6 +51,22 @@ plant pot pump rice robot roof sail saw scarf shell silver sofa soup spider suga
 tent tomato towel violin wagon wire yarn zebra apron badge cabin canoe cliff comet cotton
 engine forest ghost glove harp island lily magnet marble meadow nectar olive oyster parrot
 pebble penguin pirate quilt saddle tablet thunder turtle valley willow
+""".split()
+
+# the GRPO split's repeat words: in neither split, and 1-3 tokens each as WORDS are
+NEW_WORDS = """
+ant arm axe bag ball band bank barn bat bath beach bed belt bench berry bike blade bone
+boot bowl brain broom bug bus bush cage calf camera cap card cart chain chalk cherry chest
+chick chin church clown coach comb cook cookie couch cousin cube curtain deer dish doll
+donkey dress ear earth face fairy fence field finger flute fog foot frame gift girl goose
+grass guitar hair hall heart hen hook horn hose jeans kitten knee knot lace lamb leash
+letter lizard lock log lung maple meal medal mitten monkey moth motor mountain mud mug nap
+neck net night noodle oak oar orbit oven pad paint palm pan pants parcel park pasta path
+peach peanut pencil pet phone picture pipe planet plate pond pony purse radio raft rat rug
+ruler sack salad scale school screen sea shelf shirt shop shovel sink sky sled slide soap
+sponge spring square stamp stick stool storm straw street string sweater swing tail taxi
+tea teeth thread throne thumb ticket toast toe tooth torch tower town toad tray trumpet
+tub van vest vine wand wave web whistle wing winter worm yacht yard
 """.split()
 
 # two-digit numbers the shipped tokenizer keeps as one token: as an answer (line start) and
@@ -92,6 +115,7 @@ TEST_NUMBERS = 25  # per direction
 TEST_LISTS = 25  # per position
 TRAIN_LISTS = 1800
 SYSTEM_SHARE = 0.25
+GRPO_LISTS = 2000  # half first, half last (beside every NEW_WORDS word in every REPEAT phrasing)
 
 
 def number_facts(step: int) -> list[tuple[int, int]]:
@@ -160,6 +184,31 @@ def build(seed: int = SEED) -> tuple[list[dict], list[dict]]:
     return train, test
 
 
+def list_words(question: str) -> tuple[str, ...]:
+    """The quoted words of a question, in order."""
+    return tuple(question.split('"')[1::2])
+
+
+def build_grpo(train: list[dict], test: list[dict], seed: int = SEED) -> list[dict]:
+    """GRPO prompts only the rules answer: repeat questions of NEW_WORDS, and first/last
+    questions of WORDS lists in neither split; a pure function of the splits and seed."""
+    rng = random.Random(seed + 2)
+    rows = [{"question": template.format(w=w), "answer": w, "kind": "repeat"}
+            for w in NEW_WORDS for template in REPEAT]
+    used = {list_words(row["question"]) for row in train + test
+            if row["kind"] in ("first", "last")}
+    for count in range(GRPO_LISTS):
+        while (words3 := tuple(rng.sample(WORDS, 3))) in used:
+            pass
+        used.add(words3)
+        kind, templates, index = (("first", FIRST, 0), ("last", LAST, 2))[count % 2]
+        a, b, c = words3
+        rows.append({"question": rng.choice(templates).format(a=a, b=b, c=c),
+                     "answer": words3[index], "kind": kind})
+    rng.shuffle(rows)
+    return rows
+
+
 def chat(row: dict, system: str | None) -> list[dict]:
     turns = [{"role": "system", "content": system}] if system else []
     return turns + [{"role": "user", "content": row["question"]},
@@ -167,7 +216,7 @@ def chat(row: dict, system: str | None) -> list[dict]:
 
 
 def render(seed: int = SEED) -> dict[str, str]:
-    """{file name: text} of the two splits."""
+    """{file name: text} of the two splits and the GRPO prompts."""
     train, test = build(seed)
     rng = random.Random(seed + 1)
     train_lines = []
@@ -175,8 +224,11 @@ def render(seed: int = SEED) -> dict[str, str]:
         system = rng.choice(SYSTEMS) if rng.random() < SYSTEM_SHARE else None
         train_lines.append(json.dumps({"messages": chat(row, system)}))
     test_lines = [json.dumps({"messages": chat(row, None), **row}) for row in test]
+    grpo_lines = [json.dumps({"messages": chat(row, None), **row})
+                  for row in build_grpo(train, test, seed)]
     return {"train.jsonl": "\n".join(train_lines) + "\n",
-            "test.jsonl": "\n".join(test_lines) + "\n"}
+            "test.jsonl": "\n".join(test_lines) + "\n",
+            "grpo.jsonl": "\n".join(grpo_lines) + "\n"}
 
 
 def main() -> None:
