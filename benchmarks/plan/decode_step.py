@@ -136,9 +136,11 @@ def compile_decode(run: Run, sampling: Sampling) -> CompiledDecode:
     topo = run.topology
     devices = tpu_devices(topo)
     began = time.perf_counter()
+    prompt_bucket = sampling.shape.slots - sampling.params.max_new_tokens
     with pallas_lowering_for_tpu(devices[0].client.platform_version):
-        text, weights, cache = trace_decode_hlo(run, sampling)
-        prefill_text, _, _ = trace_prefill_hlo(run, sampling)
+        tracing = RolloutTracing(run, sampling)
+        text, weights, cache = tracing.decode_hlo()
+        prefill_text, _, _ = tracing.prefill_hlo(prompt_bucket)
     traced = time.perf_counter() - began
     stats, compiled_text = compile_text(text, devices)
     step = compiled_step(stats, compiled_text)
@@ -151,38 +153,17 @@ def compile_decode(run: Run, sampling: Sampling) -> CompiledDecode:
     return CompiledDecode(step, shape.rows, shape.slots, sampling.params.max_new_tokens,
                           sum(sizes.get(i, 0) for i in weights),
                           sum(sizes.get(i, 0) for i in cache), traced,
-                          shape.rows * per_token / topo.chips, prefill,
-                          shape.slots - sampling.params.max_new_tokens)
+                          shape.rows * per_token / topo.chips, prefill, prompt_bucket)
 
 
-def trace_decode_hlo(run: Run, sampling: Sampling) -> tuple[str, list[int], list[int]]:
-    """(HLO text of the run's sharded decode step, the entry parameter numbers of its
-    weights, those of its KV cache). The model is placed as the engine places it (remat,
-    planned sharding, activation rules), as placeholders in the compute dtype; the cache and
-    state as the sampler's `Traced` placement makes them. The cache and the state's columns
-    are updated in place, so their outputs alias their inputs (torch_xla donates them)."""
-    tracing = _Tracing(run, sampling)
-    traced = tracing.sampler.trace_decode(sampling.params)
-    after = traced.after
-    return tracing.hlo(traced.cache, [after.cur, after.last, after.done],
-                       [traced.before.tokens, traced.before.logprobs])
-
-
-def trace_prefill_hlo(run: Run, sampling: Sampling) -> tuple[str, list[int], list[int]]:
-    """As `trace_decode_hlo`, for the prefill of the rollout's longest prompts (its largest
-    bucket), which writes the cache and the state's first columns in place."""
-    tracing = _Tracing(run, sampling)
-    prompt_tokens = sampling.shape.slots - sampling.params.max_new_tokens
-    traced = tracing.sampler.trace_prefill(sampling.params, prompt_tokens)
-    state = traced.state
-    return tracing.hlo(traced.cache, [state.last, state.done], [state.tokens, state.logprobs])
-
-
-class _Tracing:
-    """The run's model placed as placeholders on the slice's virtual devices, and a sampler
-    on it whose buffers are placeholders too; `hlo` writes a traced program's text."""
+class RolloutTracing:
+    """The run's model placed as the engine places it (remat, planned sharding, activation
+    rules) as placeholders in the compute dtype on the slice's virtual devices, and a
+    sampler on it whose cache and state are placeholders too (its `Traced` placement); the
+    rollout's programs traced from it as HLO text. Nothing is allocated."""
 
     def __init__(self, run: Run, sampling: Sampling):
+        self.params = sampling.params
         cfg = run.built_config
         start()
         self.mesh = build_mesh(cfg.mesh)
@@ -210,7 +191,23 @@ class _Tracing:
         self.sampler = Sampler(self.model, sampling.layout, shape=sampling.shape, bf16=bf16,
                                placement=placement)
 
-    def hlo(self, cache, outputs, state_columns) -> tuple[str, list[int], list[int]]:
+    def decode_hlo(self) -> tuple[str, list[int], list[int]]:
+        """(HLO text of the sharded decode step, the entry parameter numbers of its weights,
+        those of its KV cache). The cache and the state's columns are updated in place, so
+        their outputs alias their inputs (torch_xla donates them)."""
+        traced = self.sampler.trace_decode(self.params)
+        after = traced.after
+        return self._hlo(traced.cache, [after.cur, after.last, after.done],
+                         [traced.before.tokens, traced.before.logprobs])
+
+    def prefill_hlo(self, prompt_tokens: int) -> tuple[str, list[int], list[int]]:
+        """As `decode_hlo`, for the prefill of rows of `prompt_tokens` tokens, which writes
+        the cache and the state's first columns in place."""
+        traced = self.sampler.trace_prefill(self.params, prompt_tokens)
+        state = traced.state
+        return self._hlo(traced.cache, [state.last, state.done], [state.tokens, state.logprobs])
+
+    def _hlo(self, cache, outputs, state_columns) -> tuple[str, list[int], list[int]]:
         """(the HLO text of the graph computing `outputs` and updating the cache and
         `state_columns` in place, the entry parameter numbers of the weights, those of the
         cache's streams)."""
