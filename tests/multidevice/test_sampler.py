@@ -159,15 +159,9 @@ def test_dtensor_processes_each_generate_their_rows(model, tmp_path):
 
 
 def t5_hf_greedy() -> list[list[int]]:
-    """transformers' greedy new tokens for the worker's T5 prompts. Without its cache:
-    transformers 5.24's T5 cache holds `num_layers` decoder layers, too few for the cases'
-    decoder, deeper than its encoder."""
+    """transformers' greedy new tokens for the worker's T5 prompts."""
     theirs = t5_cases.hf_model(t5_cases.FAMILY.build(t5_cases.CONFIG, seed=0))
-    theirs.generation_config.eos_token_id = None
-    return [theirs.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt)),
-                            do_sample=False, max_new_tokens=sampler_worker.NEW_TOKENS,
-                            use_cache=False)[0, 1:].tolist()
-            for prompt in sampler_worker.T5_PROMPTS]
+    return t5_cases.hf_greedy(theirs, sampler_worker.T5_PROMPTS, sampler_worker.NEW_TOKENS)
 
 
 def test_t5_is_greedy_as_transformers_and_compiles_one_decode_step(results):

@@ -46,3 +46,14 @@ def hf_model(ours, config=CONFIG):
     state = ours.state_dict()
     hf.load_state_dict({**state, **{alias: state["shared.weight"] for alias in EMBEDDING_ALIASES}})
     return hf
+
+
+def hf_greedy(theirs, prompts: list[list[int]], new_tokens: int) -> list[list[int]]:
+    """transformers' greedy new tokens for each prompt, no EOS stopping them. Without its
+    cache: transformers 5.24's T5 cache holds `num_layers` decoder layers, too few for a
+    decoder deeper than its encoder (the cases' CONFIG)."""
+    theirs.generation_config.eos_token_id = None
+    return [theirs.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt)),
+                            do_sample=False, max_new_tokens=new_tokens,
+                            use_cache=False)[0, 1:].tolist()  # after the start token
+            for prompt in prompts]

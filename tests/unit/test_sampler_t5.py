@@ -9,7 +9,7 @@ import torch
 
 from core.remat import RematConfig, apply_remat
 from core.sampler import Sampler, SamplerShape, SamplingParams
-from tests.support.t5_cases import CONFIG, FAMILY, hf_model
+from tests.support.t5_cases import CONFIG, FAMILY, hf_greedy, hf_model
 
 NEW_TOKENS = 32
 PROMPTS = [[5, 17, 42], [7, 3, 9, 15, 23, 8, 61], [20, 1, 9, 77, 31, 64, 12, 5, 88, 19, 2, 4]]
@@ -26,22 +26,11 @@ def generate(model, params=None):
     return Sampler(model, FAMILY.cache_layout(CONFIG), shape=SHAPE).generate(PROMPTS, params)
 
 
-def hf_greedy(theirs, prompt) -> list[int]:
-    """transformers' greedy new tokens. Without its cache: transformers 5.24's T5 cache
-    holds `num_layers` decoder layers, too few for a decoder deeper than its encoder."""
-    theirs.generation_config.eos_token_id = None  # 32 new tokens whatever they are
-    out = theirs.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt)),
-                          do_sample=False, max_new_tokens=NEW_TOKENS, use_cache=False)
-    return out[0, 1:].tolist()  # after the decoder's start token
-
-
 def test_greedy_tokens_equal_transformers_generate(ours):
     assert CONFIG.num_decoder_layers != CONFIG.num_layers
     completions = generate(ours)
     assert completions.finish == ["length"] * len(PROMPTS)
-    theirs = hf_model(ours)
-    for prompt, tokens in zip(PROMPTS, completions.tokens, strict=True):
-        assert tokens == hf_greedy(theirs, prompt)
+    assert completions.tokens == hf_greedy(hf_model(ours), PROMPTS, NEW_TOKENS)
 
 
 def test_logprobs_equal_the_trainers_forward(ours):
